@@ -1,0 +1,1 @@
+"""AllReduce: sum across ranks."""

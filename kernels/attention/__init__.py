@@ -1,0 +1,1 @@
+"""Attention: softmax(Q K^T / sqrt(d)) V."""

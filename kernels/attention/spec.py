@@ -1,0 +1,117 @@
+"""Attention forward: O = softmax(Q K^T / sqrt(D)) V, optionally causal (top-left aligned)."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from hwbench.spec import (
+    DTYPE_BYTES,
+    UNIT_ROUNDOFF,
+    Kernel,
+    Shape,
+    ShapeParam,
+    Tolerance,
+    accumulator,
+    seeded_uniform,
+    sqrt_int,
+)
+
+
+def _attn(b: int, h: int, sq: int, sk: int, d: int, causal: int) -> dict[str, int]:
+    return {"batch": b, "heads": h, "seq_q": sq, "seq_k": sk, "head_dim": d, "causal": causal}
+
+
+def causal_keys(i: int, seq_k: int) -> int:
+    """Number of keys query row ``i`` sees under the causal mask (keys j <= i)."""
+    return min(i + 1, seq_k)
+
+
+class Attention(Kernel):
+    """Scaled dot-product attention; q, k, v are (batch, heads, seq, head_dim)."""
+
+    name = "attention"
+    description = "O = softmax(Q K^T / sqrt(D)) V; causal keeps keys j <= i (as torch's is_causal)"
+    params = (
+        ShapeParam("batch", "batch size", default=1, aliases=("B", "b")),
+        ShapeParam("heads", "attention heads", default=1, aliases=("H", "h")),
+        ShapeParam("seq_q", "query length", aliases=("Sq", "S", "seq")),
+        ShapeParam("seq_k", "key/value length (default: seq_q)", default=0, aliases=("Sk",), minimum=0),
+        ShapeParam("head_dim", "head dimension", default=64, aliases=("D", "d")),
+        ShapeParam("causal", "1 for a causal mask, 0 for none", default=0, minimum=0),
+    )
+    dtypes = ("fp32", "fp64", "fp16", "bf16")
+    profiles = {
+        "quick": (_attn(1, 8, 512, 512, 64, 0), _attn(1, 8, 512, 512, 64, 1), _attn(2, 3, 77, 77, 40, 1)),
+        "standard": (_attn(1, 8, 1024, 1024, 64, 0), _attn(1, 8, 1024, 1024, 64, 1),
+                     _attn(2, 16, 1024, 1024, 128, 1), _attn(1, 8, 1, 1000, 64, 0),
+                     _attn(2, 3, 333, 333, 80, 1)),
+        "full": (_attn(1, 8, 1024, 1024, 64, 0), _attn(1, 8, 1024, 1024, 64, 1),
+                 _attn(4, 32, 4096, 4096, 128, 1), _attn(4, 32, 4096, 4096, 128, 0),
+                 _attn(1, 16, 8192, 8192, 64, 1), _attn(2, 3, 333, 333, 80, 1)),
+    }
+
+    def derive(self, shape: dict[str, int]) -> dict[str, int]:
+        if shape["seq_k"] == 0:
+            shape["seq_k"] = shape["seq_q"]
+        if shape["causal"] not in (0, 1):
+            from hwbench.errors import UserError
+
+            raise UserError(f"attention causal={shape['causal']}: use 0 or 1")
+        return shape
+
+    def _pairs(self, shape: Shape) -> float:
+        """Query-key pairs actually scored (fewer under the causal mask)."""
+        sq, sk = shape["seq_q"], shape["seq_k"]
+        if not shape["causal"]:
+            return float(sq * sk)
+        full_rows = max(0, sq - sk)  # rows past the last key see every key
+        diagonal = min(sq, sk)
+        return diagonal * (diagonal + 1) / 2.0 + full_rows * sk
+
+    def flops(self, shape: Shape) -> float:
+        # Counted as FlashAttention does: 4*B*H*Sq*Sk*D, halved for causal square shapes.
+        pairs = float(shape["seq_q"] * shape["seq_k"]) / (2.0 if shape["causal"] else 1.0)
+        return 4.0 * shape["batch"] * shape["heads"] * pairs * shape["head_dim"]
+
+    def bytes_moved(self, shape: Shape, dtype: str) -> float:
+        bh, d = shape["batch"] * shape["heads"], shape["head_dim"]
+        return float(DTYPE_BYTES[dtype] * bh * d * (2 * shape["seq_q"] + 2 * shape["seq_k"]))
+
+    def make_inputs(self, shape: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
+        b, h, d = shape["batch"], shape["heads"], shape["head_dim"]
+        q_shape, kv_shape = (b, h, shape["seq_q"], d), (b, h, shape["seq_k"], d)
+        return {
+            "q": seeded_uniform(q_shape, dtype, seed, 1),
+            "k": seeded_uniform(kv_shape, dtype, seed, 2),
+            "v": seeded_uniform(kv_shape, dtype, seed, 3),
+        }
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Shape) -> np.ndarray:
+        q, k, v = (inputs[name].astype(np.float64) for name in ("q", "k", "v"))
+        sq, sk = shape["seq_q"], shape["seq_k"]
+        scale = 1.0 / math.sqrt(shape["head_dim"])
+        masked = np.triu(np.ones((sq, sk), dtype=bool), k=1) if shape["causal"] else None
+        out = np.empty(q.shape, dtype=np.float64)
+        for b in range(q.shape[0]):  # one (batch, head) at a time bounds memory to Sq x Sk
+            for h in range(q.shape[1]):
+                scores = (q[b, h] @ k[b, h].T) * scale
+                if masked is not None:
+                    scores[masked] = -np.inf
+                scores -= scores.max(axis=1, keepdims=True)
+                weights = np.exp(scores)
+                weights /= weights.sum(axis=1, keepdims=True)
+                out[b, h] = weights @ v[b, h]
+        return out
+
+    def tolerance(self, dtype: str, shape: Shape) -> Tolerance:
+        # |O| <= max|v| = 1; exp, the running rescale and the final division each add a few u
+        # of the accumulator, plus rounding of P and O when the dtype is narrow.
+        u_acc, u_out = UNIT_ROUNDOFF[accumulator(dtype)], UNIT_ROUNDOFF[dtype]
+        atol = (64.0 + sqrt_int(shape["seq_k"])) * u_acc + 4.0 * u_out
+        return Tolerance(atol=atol, rtol=4.0 * u_out)
+
+
+KERNEL = Attention()

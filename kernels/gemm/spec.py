@@ -1,0 +1,69 @@
+"""GEMM: C = A @ B with A (M, K) and B (K, N); 2*M*N*K flops."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from hwbench.spec import (
+    DTYPE_BYTES,
+    UNIT_ROUNDOFF,
+    Kernel,
+    Shape,
+    ShapeParam,
+    Tolerance,
+    accumulator,
+    seeded_uniform,
+    sqrt_int,
+)
+
+
+def _mnk(m: int, n: int, k: int) -> dict[str, int]:
+    return {"M": m, "N": n, "K": k}
+
+
+class GEMM(Kernel):
+    """Dense matrix multiply; inputs uniform in [-1, 1) so |C| grows like sqrt(K)."""
+
+    name = "gemm"
+    description = "C = A @ B, A: M x K, B: K x N, row-major"
+    params = (
+        ShapeParam("M", "rows of A and C", aliases=("m",)),
+        ShapeParam("N", "columns of B and C", aliases=("n",)),
+        ShapeParam("K", "columns of A, rows of B", aliases=("k",)),
+    )
+    dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16")
+    profiles = {
+        "quick": (_mnk(1024, 1024, 1024), _mnk(333, 517, 259)),
+        "standard": (_mnk(512, 512, 512), _mnk(1024, 1024, 1024), _mnk(2048, 2048, 2048),
+                     _mnk(1000, 1000, 1000), _mnk(4096, 256, 4096)),
+        "full": (_mnk(1024, 1024, 1024), _mnk(2048, 2048, 2048), _mnk(4096, 4096, 4096),
+                 _mnk(8192, 8192, 8192), _mnk(1000, 1000, 1000), _mnk(16384, 128, 4096),
+                 _mnk(128, 16384, 4096)),
+    }
+
+    def flops(self, shape: Shape) -> float:
+        return 2.0 * shape["M"] * shape["N"] * shape["K"]
+
+    def bytes_moved(self, shape: Shape, dtype: str) -> float:
+        m, n, k = shape["M"], shape["N"], shape["K"]
+        return float(DTYPE_BYTES[dtype] * (m * k + k * n + m * n))
+
+    def make_inputs(self, shape: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
+        m, n, k = shape["M"], shape["N"], shape["K"]
+        return {"A": seeded_uniform((m, k), dtype, seed, 1), "B": seeded_uniform((k, n), dtype, seed, 2)}
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Shape) -> np.ndarray:
+        return inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
+
+    def tolerance(self, dtype: str, shape: Shape) -> Tolerance:
+        # Summation error grows at worst like K * u in the accumulator; rounding the
+        # result to a narrow dtype adds u(dtype) relative, and tf32 rounds the inputs too.
+        k = shape["K"]
+        u_acc, u_out = UNIT_ROUNDOFF[accumulator(dtype)], UNIT_ROUNDOFF[dtype]
+        atol = 2.0 * k * u_acc + 4.0 * sqrt_int(k) * u_out
+        return Tolerance(atol=atol, rtol=4.0 * u_out)
+
+
+KERNEL = GEMM()
