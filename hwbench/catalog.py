@@ -6,6 +6,7 @@ its ``as_of``.
 
 from __future__ import annotations
 
+import re
 import statistics
 import tomllib
 from dataclasses import dataclass
@@ -60,11 +61,12 @@ class Catalog:
 
     def match(self, device_name: str) -> str | None:
         """Catalog key of the device whose ``match`` strings occur in ``device_name``."""
-        lowered = device_name.lower()
         best: tuple[int, str] | None = None
         for key, entry in self.devices.items():
             for pattern in entry.get("match", []):
-                if pattern.lower() in lowered and (best is None or len(pattern) > best[0]):
+                # Whole-token match: "A10" must not match "A100", nor "L4" match "L40".
+                if re.search(rf"(?<![A-Za-z0-9]){re.escape(pattern)}(?![A-Za-z0-9])", device_name, re.IGNORECASE) \
+                        and (best is None or len(pattern) > best[0]):
                     best = (len(pattern), key)
         return best[1] if best else None
 
@@ -79,9 +81,11 @@ class Catalog:
     def price(self, key: str | None, instance: str | None = None) -> PriceQuote | None:
         """Price per device-hour: the named instance's row, else the median on-demand offer."""
         if instance:
-            rows = [r for r in self.prices if r.get("instance") == instance and "usd_per_hour" in r]
+            rows = [r for r in self.prices if r.get("instance") == instance
+                    and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)]
             if not rows:
-                known = sorted({r["instance"] for r in self.prices if r.get("instance")})
+                known = sorted({r["instance"] for r in self.prices
+                                if r.get("instance") and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)})
                 raise UserError(f"no price for instance '{instance}' in the catalog; known: {', '.join(known)}")
             row = rows[0]
             per_device = row.get("usd_per_gpu_hour") or row["usd_per_hour"] / row.get("gpus", 1)

@@ -51,10 +51,12 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     # bf16 and tf32: truncate float32 significands to 7 or 10 bits, rounding to nearest even.
     keep = 7 if dtype == "bf16" else 10
     drop = 23 - keep
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    single = x.astype(np.float32)
+    bits = single.view(np.uint32).astype(np.uint64)
     bias = ((bits >> drop) & 1) + (1 << (drop - 1)) - 1
     bits = ((bits + bias) >> drop) << drop
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    rounded = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(single), single, rounded).astype(np.float64)  # NaN payloads must not carry
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class Kernel(ABC):
             if name is None:
                 known = ", ".join(p.name for p in self.params)
                 raise UserError(f"{self.name} has no dimension '{key}'; its dimensions are {known}")
+            if name in shape:
+                raise UserError(f"{self.name} dimension {name} is given twice (as '{key}' and another name)")
             shape[name] = value
         for p in self.params:
             if p.name not in shape:

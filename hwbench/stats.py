@@ -47,7 +47,7 @@ def summarize(samples: Sequence[float]) -> Summary:
         q1=float(q1),
         q3=float(q3),
         iqr=float(q3 - q1),
-        cv=std / mean if mean > 0 else math.inf,
+        cv=std / mean if mean > 0 else (0.0 if std == 0 else math.inf),
         min=float(x.min()),
         max=float(x.max()),
         p99=float(p99),

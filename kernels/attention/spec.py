@@ -62,17 +62,8 @@ class Attention(Kernel):
             raise UserError(f"attention causal={shape['causal']}: use 0 or 1")
         return shape
 
-    def _pairs(self, shape: Shape) -> float:
-        """Query-key pairs actually scored (fewer under the causal mask)."""
-        sq, sk = shape["seq_q"], shape["seq_k"]
-        if not shape["causal"]:
-            return float(sq * sk)
-        full_rows = max(0, sq - sk)  # rows past the last key see every key
-        diagonal = min(sq, sk)
-        return diagonal * (diagonal + 1) / 2.0 + full_rows * sk
-
     def flops(self, shape: Shape) -> float:
-        # Counted as FlashAttention does: 4*B*H*Sq*Sk*D, halved for causal square shapes.
+        # Counted as FlashAttention's benchmarks do: 4*B*H*Sq*Sk*D, halved for causal.
         pairs = float(shape["seq_q"] * shape["seq_k"]) / (2.0 if shape["causal"] else 1.0)
         return 4.0 * shape["batch"] * shape["heads"] * pairs * shape["head_dim"]
 
