@@ -1,0 +1,218 @@
+"""GEMM ``C = A @ B`` written once in llvmlite IR (BLIS/Goto structure).
+
+One program computes an ``mc x nc`` tile of C. For each ``kc`` slice of K it
+packs its B block into ``kc x NR`` panels (zero-padded in N) and its A block
+into ``MR x kc`` panels (rows past M are clamped duplicates whose results are
+never stored), then runs an ``MR x NR`` register-blocked microkernel: NR/VW
+vector loads of B, MR broadcasts of A and ``MR * NR/VW`` FMAs per k step, with
+the accumulators carried in phi nodes (they live in vector registers).
+Edge tiles store through masked loads/stores, so any M, N, K works in bounds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ..llvmir.cpu_launch import PreparedKernel, default_threads, ptr
+from ..llvmir.irutil import (
+    I1, I64, PTR, VOID, ceil_div, elem_ptr, elem_size, fma, i64, imin, lane_mask, load, load_vec,
+    loop_carry, masked_load, masked_store, scalar_type, splat, store_vec, for_range,
+)
+from ..llvmir.jit import get_or_compile
+from ..llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
+
+DTYPES = ("fp32", "fp64")
+KERNEL = "gemm"
+MR = 14  # rows of the register tile; NR = 2 vectors -> 28 accumulators + 2 B + 1 broadcast
+NR_VECTORS = 2
+# Upper bounds baked into the workspace; the actual mc/nc/kc are kernel arguments.
+_MAX_BLOCK = {"fp32": dict(mc=28 * MR, nc=1024, kc=512), "fp64": dict(mc=28 * MR, nc=512, kc=512)}
+
+
+def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
+    """Register-tile shape (compile time) for a dtype and vector width."""
+    return {"MR": MR, "NR": NR_VECTORS * vector_width, "VW": vector_width}
+
+
+def _emit_micro(module: ir.Module, dtype: str, vw: int) -> ir.Function:
+    """``micro(pa, pb, kc, c, ldc, mvalid, nvalid, first)``: C tile (+)= Apanel @ Bpanel."""
+    t = scalar_type(dtype)
+    nr = NR_VECTORS * vw
+    vty = ir.VectorType(t, vw)
+    vbytes = vw * elem_size(t)  # packed rows are whole vectors apart: aligned on any target
+    fnty = ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I1])
+    fn = ir.Function(module, fnty, name=f"{KERNEL}_micro_{dtype}")
+    fn.linkage = "internal"
+    for k in (0, 1, 3):
+        fn.args[k].add_attribute("noalias")
+    pa, pb, kc, c, ldc, mvalid, nvalid, first = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    zero = ir.Constant(vty, None)
+
+    def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        bv = [load_vec(b, pb, t, b.add(b.mul(k, i64(nr)), i64(v * vw)), vw, align=vbytes)
+              for v in range(NR_VECTORS)]
+        arow = b.mul(k, i64(MR))
+        out = []
+        for r in range(MR):
+            a = splat(b, load(b, elem_ptr(b, pa, t, b.add(arow, i64(r))), t), vw)
+            for v in range(NR_VECTORS):
+                out.append(fma(b, a, bv[v], acc[r * NR_VECTORS + v]))
+        return out
+
+    acc = loop_carry(b, i64(0), kc, 1, [zero] * (MR * NR_VECTORS), step, name="k")
+    masks = [lane_mask(b, vw, v * vw, nvalid) for v in range(NR_VECTORS)]
+    for r in range(MR):
+        with b.if_then(b.icmp_signed(">", mvalid, i64(r)), likely=True):
+            row = b.mul(i64(r), ldc)
+            for v in range(NR_VECTORS):
+                p = elem_ptr(b, c, t, b.add(row, i64(v * vw)))
+                old = masked_load(b, p, vty, masks[v])
+                val = b.select(first, acc[r * NR_VECTORS + v], b.fadd(acc[r * NR_VECTORS + v], old))
+                masked_store(b, val, p, masks[v])
+    b.ret_void()
+    return fn
+
+
+def _emit_pack_b(b: ir.IRBuilder, t: ir.Type, vw: int, src: ir.Value, ldb: ir.Value,
+                 dst: ir.Value, kc: ir.Value, nc: ir.Value) -> None:
+    """dst[jr][k][0:NR] = src[k, jr*NR : jr*NR+NR] (zero past nc)."""
+    nr = NR_VECTORS * vw
+    vty = ir.VectorType(t, vw)
+    with for_range(b, i64(0), ceil_div(b, nc, nr), name="pbj") as jr:
+        col = b.mul(jr, i64(nr))
+        left = b.sub(nc, col)
+        masks = [lane_mask(b, vw, v * vw, left) for v in range(NR_VECTORS)]
+        panel = b.mul(col, kc)
+        with for_range(b, i64(0), kc, name="pbk") as k:
+            srow = b.add(b.mul(k, ldb), col)
+            drow = b.add(panel, b.mul(k, i64(nr)))
+            for v in range(NR_VECTORS):
+                x = masked_load(b, elem_ptr(b, src, t, b.add(srow, i64(v * vw))), vty, masks[v])
+                store_vec(b, x, dst, b.add(drow, i64(v * vw)), align=vw * elem_size(t))
+
+
+def _emit_pack_a(b: ir.IRBuilder, t: ir.Type, src: ir.Value, lda: ir.Value, dst: ir.Value,
+                 kc: ir.Value, mc: ir.Value) -> None:
+    """dst[ir][k][r] = src[min(ir*MR + r, mc-1), k]."""
+    last = b.sub(mc, i64(1))
+    with for_range(b, i64(0), ceil_div(b, mc, MR), name="paj") as ir_:
+        row0 = b.mul(ir_, i64(MR))
+        rows = [b.mul(imin(b, b.add(row0, i64(r)), last), lda) for r in range(MR)]
+        panel = b.mul(row0, kc)
+        with for_range(b, i64(0), kc, name="pak") as k:
+            drow = b.add(panel, b.mul(k, i64(MR)))
+            for r in range(MR):
+                x = load(b, elem_ptr(b, src, t, b.add(rows[r], k)), t)
+                b.store(x, elem_ptr(b, dst, t, b.add(drow, i64(r))))
+
+
+def build(target: LLVMTarget, dtype: str) -> ir.Module:
+    """The GEMM kernel module for ``target``.
+
+    Entry ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)``; grid
+    ``(ceil(N/nc), ceil(M/mc))``; needs ``mc <= 28*MR``, ``nc`` a multiple of NR
+    within the dtype's bound, ``kc`` within its bound.
+    """
+    t = scalar_type(dtype)
+    vw = target.vector_width(dtype)
+    nr = NR_VECTORS * vw
+    lim = _MAX_BLOCK[dtype]
+    module = target.new_module(f"{KERNEL}_{dtype}")
+    micro = _emit_micro(module, dtype, vw)
+
+    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
+        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
+        b = ctx.builder
+        pack_a = ctx.local_array(t, lim["mc"] * lim["kc"])
+        pack_b = ctx.local_array(t, -(-lim["nc"] // nr) * nr * lim["kc"])
+        i0 = b.mul(ctx.program_id(1), mc_max)
+        j0 = b.mul(ctx.program_id(0), nc_max)
+        mc = imin(b, mc_max, b.sub(m, i0))
+        nc = imin(b, nc_max, b.sub(n, j0))
+        a_blk = elem_ptr(b, a, t, b.mul(i0, lda))
+        c_blk = elem_ptr(b, c, t, b.add(b.mul(i0, ldc), j0))
+        with for_range(b, i64(0), k, kc_max, name="pc") as p0:
+            kc = imin(b, kc_max, b.sub(k, p0))
+            _emit_pack_b(b, t, vw, elem_ptr(b, bm, t, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, kc, nc)
+            _emit_pack_a(b, t, elem_ptr(b, a_blk, t, p0), lda, pack_a, kc, mc)
+            first = b.icmp_signed("==", p0, i64(0))
+            with for_range(b, i64(0), ceil_div(b, mc, MR), name="ir") as ir_:
+                row = b.mul(ir_, i64(MR))
+                pa = elem_ptr(b, pack_a, t, b.mul(row, kc))
+                mvalid = imin(b, i64(MR), b.sub(mc, row))
+                with for_range(b, i64(0), ceil_div(b, nc, nr), name="jr") as jr:
+                    col = b.mul(jr, i64(nr))
+                    b.call(micro, [pa, elem_ptr(b, pack_b, t, b.mul(col, kc)), kc,
+                                   elem_ptr(b, c_blk, t, b.add(b.mul(row, ldc), col)), ldc,
+                                   mvalid, imin(b, i64(nr), b.sub(nc, col)), first])
+
+    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
+    return module
+
+
+def _blocking(dtype: str, m: int, n: int, k: int, vw: int, threads: int) -> dict[str, int]:
+    """Cache blocking for Zen4/Skylake-class cores (32-48 KiB L1d, 1-2 MiB L2).
+
+    kc: the MR x kc A micro-panel (~21 KiB) stays in L1 while B streams past;
+    nc x kc of packed B (~1.5 MiB) and the mc x kc A block come from L2/L3;
+    mc is then evened out so that every thread gets whole, equal programs.
+    """
+    nr = NR_VECTORS * vw
+    lim = _MAX_BLOCK[dtype]
+    kc = min(384 if dtype == "fp32" else 192, k)
+    nc = min(lim["nc"] // nr * nr, -(-n // nr) * nr)
+    mc_target = 20 * MR
+    blocks_n = -(-n // nc)
+    blocks_m = max(-(-m // mc_target), -(-2 * threads // blocks_n) if m >= 2 * MR * threads else 1)
+    mc = -(-m // blocks_m)
+    mc = min(lim["mc"], -(-mc // MR) * MR)
+    return {"mc": mc, "nc": nc, "kc": max(kc, 1)}
+
+
+def _check_blocking(dtype: str, blk: dict[str, int]) -> None:
+    """The workspace is sized for the dtype's bounds: larger blocks would overflow it."""
+    lim = _MAX_BLOCK[dtype]
+    for key in ("mc", "nc", "kc"):
+        if not 1 <= int(blk[key]) <= lim[key]:
+            raise ValueError(f"blocking {key}={blk[key]} outside [1, {lim[key]}] for {dtype}")
+
+
+def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str,
+                threads: int | None = None, blocking: dict[str, int] | None = None,
+                target: CPUTarget | None = None) -> PreparedKernel:
+    """Bind ``C = A @ B`` for the host CPU; compiles on first use per (dtype, target).
+
+    ``blocking`` overrides the cache blocking (``mc``, ``nc``, ``kc``) and
+    ``target`` the CPU model/features (default: the host) -- both for tuning/tests.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    np_dtype = np.float32 if dtype == "fp32" else np.float64
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    a, bm = inputs["A"], inputs["B"]
+    if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np_dtype or bm.dtype != np_dtype:
+        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of {np_dtype.__name__}")
+    target = target or host_target()
+    compiled, fresh = get_or_compile((KERNEL, dtype, target.cache_key), lambda: build(target, dtype),
+                                     target.cpu_name, target.features)
+    vw = target.vector_width(dtype)
+    threads = threads or default_threads()
+    if 2.0 * m * n * k < 2e6:
+        threads = 1  # waking workers costs more than it saves
+    blk = dict(blocking) if blocking else _blocking(dtype, m, n, k, vw, threads)
+    _check_blocking(dtype, blk)
+    out = np.zeros((m, n), dtype=np_dtype)
+    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n else (0, 0)
+    args = [ptr(a), ptr(bm), ptr(out), m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"]]
+    config: dict[str, Any] = dict(kernel=KERNEL, dtype=dtype, target=target.name,
+                                  **tile_sizes(dtype, vw), **blk)
+    if k == 0:
+        grid = (0, 0)  # C stays all zeros
+    argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9
+    return PreparedKernel(compiled, KERNEL, args, argtypes, grid, threads, out,
+                          compiled.compile_s if fresh else 0.0, config, keepalive=(a, bm))

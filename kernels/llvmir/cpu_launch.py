@@ -1,0 +1,153 @@
+"""Host side of :class:`~.target.CPUTarget`: run a compiled kernel over a grid on all cores.
+
+Workers are persistent Python threads that call the kernel through ``ctypes``
+(which releases the GIL), woken through per-worker locks, so a launch costs
+tens of microseconds. Workers pull program ids from an atomic counter inside
+the generated ``<kernel>__dynamic`` entry, which balances uneven programs
+(e.g. causal attention) without any Python in the loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .jit import CompiledModule
+
+_HEAD = [ctypes.c_int64] * 5 + [ctypes.c_void_p]
+
+
+def default_threads() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+class WorkerPool:
+    """``n`` persistent workers; worker 0 is the calling thread itself."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._job: Callable[[int], None] | None = None
+        self._start = [threading.Lock() for _ in range(n)]
+        self._done = [threading.Lock() for _ in range(n)]
+        self._errors: list[BaseException] = []
+        self._launch_lock = threading.Lock()
+        for w in range(1, n):
+            self._start[w].acquire()
+            self._done[w].acquire()
+            threading.Thread(target=self._loop, args=(w,), daemon=True,
+                             name=f"hwbench-llvm-{w}").start()
+
+    def _loop(self, w: int) -> None:
+        while True:
+            self._start[w].acquire()
+            try:
+                self._job(w)  # type: ignore[misc]
+            except BaseException as exc:  # surfaced by launch()
+                self._errors.append(exc)
+            self._done[w].release()
+
+    def launch(self, job: Callable[[int], None], n: int | None = None) -> None:
+        """Run ``job(w)`` for ``w in range(n)`` concurrently and wait for all of them."""
+        n = self.n if n is None else min(n, self.n)
+        with self._launch_lock:
+            self._job = job
+            for w in range(1, n):
+                self._start[w].release()
+            try:
+                job(0)
+            finally:
+                for w in range(1, n):
+                    self._done[w].acquire()
+                self._job = None
+            if self._errors:
+                err, self._errors = self._errors[0], []
+                raise err
+
+
+_pools: dict[int, WorkerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def _forget_pools_after_fork() -> None:
+    global _pools_lock
+    _pools.clear()  # the workers did not survive the fork
+    _pools_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
+def get_pool(n: int) -> WorkerPool:
+    """The process-wide pool with ``n`` workers (created on first use, again after fork)."""
+    with _pools_lock:
+        if n not in _pools:
+            _pools[n] = WorkerPool(n)
+        return _pools[n]
+
+
+def _aligned_buffer(nbytes: int, align: int = 64) -> tuple[np.ndarray, int]:
+    raw = np.zeros(nbytes + align, dtype=np.uint8)
+    addr = raw.ctypes.data
+    return raw, addr + (-addr) % align
+
+
+class PreparedKernel:
+    """A compiled kernel bound to its inputs, output, grid and workspaces.
+
+    ``run()`` executes the kernel once into ``output``: no allocation, no
+    compilation and no copies happen in Python; everything is in the kernel.
+    """
+
+    def __init__(self, compiled: CompiledModule, kernel: str, args: Sequence[Any],
+                 argtypes: Sequence[Any], grid: Sequence[int], threads: int,
+                 output: np.ndarray, compile_s: float, config: dict[str, Any],
+                 keepalive: Sequence[Any] = ()) -> None:
+        self.output = output
+        self.compile_s = compile_s
+        g = (list(grid) + [1, 1, 1])[:3]
+        self.total = int(g[0] * g[1] * g[2])
+        self.threads = max(1, min(threads, self.total))
+        self.config = dict(config, grid=tuple(g), threads=self.threads)
+        ws_bytes = compiled.global_i64(f"{kernel}__workspace_bytes")
+        self._buffers = [_aligned_buffer(ws_bytes) for _ in range(self.threads)]
+        self._keepalive = (compiled, list(keepalive))
+        self._counter = np.zeros(8, dtype=np.int64)  # own cache line: padded
+        tail = list(argtypes)
+        static = ctypes.CFUNCTYPE(None, *_HEAD, *tail)(compiled.function_address(kernel))
+        dynamic = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *_HEAD[1:], *tail)(
+            compiled.function_address(f"{kernel}__dynamic"))
+        self._static, self._dynamic = static, dynamic
+        grid_args = (g[0], g[1], g[2])
+        self._static_args = (0, self.total) + grid_args + (self._buffers[0][1],) + tuple(args)
+        counter_ptr = self._counter.ctypes.data
+        self._worker_args = [(counter_ptr, self.total) + grid_args + (buf[1],) + tuple(args)
+                             for buf in self._buffers]
+
+    def _work(self, w: int) -> None:
+        self._dynamic(*self._worker_args[w])
+
+    def run(self) -> None:
+        """Execute the kernel once (blocking) over the whole grid."""
+        if self.total == 0:
+            return
+        if self.threads == 1:
+            self._static(*self._static_args)
+            return
+        self._counter[0] = 0
+        get_pool(self.threads).launch(self._work, self.threads)
+
+
+def ptr(a: np.ndarray) -> int:
+    """Address of a C-contiguous array's data."""
+    if not a.flags.c_contiguous:
+        raise ValueError("kernel operands must be C-contiguous")
+    return a.ctypes.data

@@ -1,0 +1,106 @@
+"""JIT compilation of kernel modules for the host CPU, with an in-process cache."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def ensure_llvm_initialized() -> None:
+    """Initialise LLVM's native target once (``llvm.initialize()`` is gone in llvmlite 0.50)."""
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+@dataclass
+class CompiledModule:
+    """A module JIT-compiled into this process; keeps the engine (and code) alive."""
+
+    engine: llvm.ExecutionEngine
+    compile_s: float
+    llvm_module: llvm.ModuleRef
+    target_machine: llvm.TargetMachine
+    _addresses: dict[str, int] = field(default_factory=dict)
+
+    def function_address(self, name: str) -> int:
+        """Address of a compiled function."""
+        if name not in self._addresses:
+            addr = self.engine.get_function_address(name)
+            if not addr:
+                raise KeyError(f"function {name!r} not found in compiled module")
+            self._addresses[name] = addr
+        return self._addresses[name]
+
+    def global_i64(self, name: str) -> int:
+        """Value of an exported ``i64`` global constant."""
+        import ctypes
+
+        addr = self.engine.get_global_value_address(name)
+        if not addr:
+            raise KeyError(f"global {name!r} not found in compiled module")
+        return ctypes.c_int64.from_address(addr).value
+
+    def assembly(self) -> str:
+        """Optimised machine code as assembly text (for inspection)."""
+        return self.target_machine.emit_assembly(self.llvm_module)
+
+
+def compile_module(module: ir.Module, cpu_name: str | None = None,
+                   features: str | None = None, opt: int = 3) -> CompiledModule:
+    """Verify, optimise (new pass manager, O3) and JIT ``module`` for the host."""
+    ensure_llvm_initialized()
+    t0 = time.perf_counter()
+    cpu_name = cpu_name or llvm.get_host_cpu_name()
+    features = features if features is not None else llvm.get_host_cpu_features().flatten()
+    triple = module.triple or llvm.get_process_triple()
+    tm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu_name, features=features, opt=opt, codemodel="jitdefault")
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    return CompiledModule(engine=engine, compile_s=time.perf_counter() - t0,
+                          llvm_module=mod, target_machine=tm)
+
+
+_cache: dict[tuple[str, ...], CompiledModule] = {}
+_cache_lock = threading.Lock()
+
+
+def get_or_compile(key: tuple[str, ...], build: Callable[[], ir.Module],
+                   cpu_name: str | None = None,
+                   features: str | None = None) -> tuple[CompiledModule, bool]:
+    """Compiled module for ``key``, building it on first use.
+
+    Returns ``(compiled, compiled_now)``; the cache lives for the process.
+    """
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            return hit, False
+        compiled = compile_module(build(), cpu_name=cpu_name, features=features)
+        _cache[key] = compiled
+        return compiled, True
+
+
+def cache_size() -> int:
+    """Number of compiled modules held by the process-wide cache."""
+    return len(_cache)

@@ -1,0 +1,289 @@
+"""The one interface that hides everything target specific from kernel sources.
+
+A kernel is written once as a Python function ``body(ctx, args)`` that emits
+LLVM IR for ONE program (a CUDA block / an OpenCL work-group / a CPU task).
+Everything that differs between targets goes through :class:`LLVMTarget` and
+the :class:`KernelContext` it hands to the body:
+
+* ``ctx.program_id(axis)`` / ``ctx.num_programs(axis)`` -- the grid;
+* ``ctx.barrier()`` -- sync of the program's threads;
+* ``ctx.local_array(elem, count)`` -- per-program scratch memory;
+* ``target.vector_width(dtype)`` -- SIMD lanes the body should use;
+* ``target.triple`` / ``target.data_layout`` / ``target.define_kernel`` --
+  the module header and how the entry point is declared.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from typing import Callable, Sequence
+
+from llvmlite import ir
+
+from .irutil import I32, I64, PTR, VOID, DTYPE_BYTES, for_range, i64
+
+KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
+
+_LOCAL_ALIGN = 64
+
+
+class KernelContext(ABC):
+    """What a kernel body may ask of its target while emitting one program."""
+
+    def __init__(self, target: "LLVMTarget", builder: ir.IRBuilder) -> None:
+        self.target = target
+        self.builder = builder
+
+    @abstractmethod
+    def program_id(self, axis: int) -> ir.Value:
+        """Index (i64) of this program along ``axis`` (0, 1 or 2) of the grid."""
+
+    @abstractmethod
+    def num_programs(self, axis: int) -> ir.Value:
+        """Grid size (i64) along ``axis``."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Synchronise all threads of this program (no-op when a program is one thread)."""
+
+    @abstractmethod
+    def local_array(self, elem: ir.Type, count: int) -> ir.Value:
+        """Pointer to ``count`` elements of program-private scratch, 64-byte aligned."""
+
+    def vector_width(self, dtype: str) -> int:
+        """SIMD lanes for ``dtype`` on this target."""
+        return self.target.vector_width(dtype)
+
+
+class LLVMTarget(ABC):
+    """A code-generation target: triple, data layout, vector width, kernel ABI."""
+
+    name: str
+    triple: str
+    data_layout: str
+
+    @abstractmethod
+    def vector_width(self, dtype: str) -> int:
+        """Elements of ``dtype`` per SIMD vector."""
+
+    @abstractmethod
+    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
+                      body: KernelBody) -> ir.Function:
+        """Create the entry point ``name`` and emit ``body(ctx, args)`` into it."""
+
+    def new_module(self, name: str) -> ir.Module:
+        """An empty module carrying this target's triple and data layout."""
+        module = ir.Module(name=name)
+        module.triple = self.triple
+        module.data_layout = self.data_layout
+        return module
+
+    @property
+    def cache_key(self) -> str:
+        """Identifies generated code: equal keys mean identical machine code."""
+        return self.name
+
+
+def _host_vector_bytes(features: str) -> int:
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if "avx512f" in enabled:
+        return 64
+    if "avx2" in enabled or "avx" in enabled:
+        return 32
+    return 16  # SSE2 / NEON / anything else with 128-bit vectors
+
+
+def _type_bytes(ty: ir.Type) -> int:
+    if isinstance(ty, ir.IntType):
+        return max(1, ty.width // 8)
+    if isinstance(ty, ir.VectorType):
+        return ty.count * _type_bytes(ty.element)
+    return {"float": 4, "double": 8, "half": 2}[str(ty)]
+
+
+class _CPUContext(KernelContext):
+    def __init__(self, target: "CPUTarget", builder: ir.IRBuilder, entry: ir.Block,
+                 workspace: ir.Value, grid: Sequence[ir.Value]) -> None:
+        super().__init__(target, builder)
+        self._entry = entry
+        self._workspace = workspace
+        self._grid = list(grid)
+        self._ids: list[ir.Value] = []
+        self.workspace_bytes = 0
+
+    def _set_pid(self, pid: ir.Value) -> None:
+        b = self.builder
+        g0, g1, _ = self._grid
+        x = b.srem(pid, g0)
+        rest = b.sdiv(pid, g0)
+        self._ids = [x, b.srem(rest, g1), b.sdiv(rest, g1)]
+
+    def program_id(self, axis: int) -> ir.Value:
+        return self._ids[axis]
+
+    def num_programs(self, axis: int) -> ir.Value:
+        return self._grid[axis]
+
+    def barrier(self) -> None:
+        pass  # one CPU thread runs a whole program
+
+    def local_array(self, elem: ir.Type, count: int) -> ir.Value:
+        offset = -(-self.workspace_bytes // _LOCAL_ALIGN) * _LOCAL_ALIGN
+        nbytes = count * _type_bytes(elem)
+        self.workspace_bytes = offset + nbytes
+        with self.builder.goto_block(self._entry):
+            return self.builder.gep(self._workspace, [i64(offset)], inbounds=True,
+                                    source_etype=ir.IntType(8))
+
+
+class CPUTarget(LLVMTarget):
+    """The host CPU: a program is one task run by a worker thread.
+
+    The entry becomes ``void name(i64 pid_begin, i64 pid_end, i64 grid0,
+    i64 grid1, i64 grid2, ptr workspace, args...)`` and loops the body over
+    flat program ids ``[pid_begin, pid_end)`` (``pid = (z*grid1 + y)*grid0 + x``).
+    ``workspace`` is the calling worker's private, 64-byte aligned slice of
+    at least ``<name>__workspace_bytes`` bytes (an exported i64 global).
+    A second entry ``name__dynamic(ptr counter, i64 total, <same tail>)``
+    claims program ids one at a time from an atomic i64 counter, so all
+    workers share the grid with dynamic load balancing.
+    Pointer arguments are marked ``noalias``: kernel buffers must not overlap.
+    """
+
+    def __init__(self, cpu_name: str | None = None, features: str | None = None) -> None:
+        import llvmlite.binding as llvm
+
+        from .jit import ensure_llvm_initialized
+
+        ensure_llvm_initialized()
+        self.cpu_name = cpu_name or llvm.get_host_cpu_name()
+        self.features = features if features is not None else llvm.get_host_cpu_features().flatten()
+        self.triple = llvm.get_process_triple()
+        tm = llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu_name, features=self.features)
+        self.data_layout = str(tm.target_data)
+        self._vector_bytes = _host_vector_bytes(self.features)
+        self.name = f"cpu-{self.cpu_name}-{self._vector_bytes * 8}b"
+
+    @property
+    def cache_key(self) -> str:
+        return f"{self.name}|{self.triple}|{self.features}"
+
+    def vector_width(self, dtype: str) -> int:
+        return self._vector_bytes // DTYPE_BYTES[dtype]
+
+    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
+                      body: KernelBody) -> ir.Function:
+        head = [I64, I64, I64, I64, I64, PTR]
+        fn = ir.Function(module, ir.FunctionType(VOID, head + list(arg_types)), name=name)
+        for arg in fn.args:
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        fn.args[5].add_attribute("noalias")
+        pid_begin, pid_end, g0, g1, g2, workspace = fn.args[:6]
+        kernel_args = list(fn.args[6:])
+
+        entry = fn.append_basic_block("entry")
+        builder = ir.IRBuilder(entry)
+        start = builder.append_basic_block("start")
+        builder.branch(start)
+        builder.position_at_end(start)
+        ctx = _CPUContext(self, builder, entry, workspace, (g0, g1, g2))
+        with for_range(builder, pid_begin, pid_end, name="pid") as pid:
+            ctx._set_pid(pid)
+            body(ctx, kernel_args)
+        builder.ret_void()
+
+        ws = ir.GlobalVariable(module, I64, name=f"{name}__workspace_bytes")
+        ws.initializer = i64(max(ctx.workspace_bytes, _LOCAL_ALIGN))
+        ws.global_constant = True
+        self._define_dynamic(module, fn)
+        return fn
+
+    @staticmethod
+    def _define_dynamic(module: ir.Module, kernel: ir.Function) -> ir.Function:
+        tail = [a.type for a in kernel.args[2:]]
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64] + tail),
+                         name=f"{kernel.name}__dynamic")
+        counter, total = fn.args[:2]
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        loop = b.append_basic_block("claim")
+        run = b.append_basic_block("run")
+        done = b.append_basic_block("done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        pid = b.atomic_rmw("add", counter, i64(1), "monotonic")
+        b.cbranch(b.icmp_signed("<", pid, total), run, done)
+        b.position_at_end(run)
+        b.call(kernel, [pid, b.add(pid, i64(1))] + list(fn.args[2:]))
+        b.branch(loop)
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+
+@functools.lru_cache(maxsize=1)
+def host_target() -> CPUTarget:
+    """The host CPU target (built once per process)."""
+    return CPUTarget()
+
+
+class _NVPTXContext(KernelContext):
+    """Sketch: how the same hooks map onto CUDA special registers."""
+
+    def _sreg(self, reg: str, axis: int) -> ir.Value:
+        module = self.builder.module
+        name = f"llvm.nvvm.read.ptx.sreg.{reg}.{'xyz'[axis]}"
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I32, []), name=name)
+        return self.builder.zext(self.builder.call(fn, []), I64)
+
+    def program_id(self, axis: int) -> ir.Value:
+        return self._sreg("ctaid", axis)
+
+    def num_programs(self, axis: int) -> ir.Value:
+        return self._sreg("nctaid", axis)
+
+    def barrier(self) -> None:
+        module = self.builder.module
+        fn = module.globals.get("llvm.nvvm.barrier0") or ir.Function(
+            module, ir.FunctionType(VOID, []), name="llvm.nvvm.barrier0")
+        self.builder.call(fn, [])
+
+    def local_array(self, elem: ir.Type, count: int) -> ir.Value:
+        module = self.builder.module
+        arr = ir.GlobalVariable(module, ir.ArrayType(elem, count),
+                                name=module.get_unique_name("smem"), addrspace=3)
+        arr.align = _LOCAL_ALIGN
+        arr.linkage = "internal"
+        arr.initializer = ir.Constant(arr.value_type, ir.Undefined)
+        return self.builder.addrspacecast(arr, PTR)
+
+
+class NVPTXTarget(LLVMTarget):
+    """IR-only sketch of a CUDA target (not compiled or tested here).
+
+    A program is a thread block; ``program_id`` reads ``ctaid``, the barrier is
+    ``bar.sync 0``, local arrays are ``addrspace(3)`` shared-memory globals and
+    the entry is a plain ``ptx_kernel`` function taking only the kernel args.
+    With ``vector_width == 1`` the CPU-style bodies run one thread per program,
+    which is correct but slow; a real lowering maps a body's vector lanes to the
+    block's threads (a ``ctx.lane_id()`` hook), which is the follow-up work.
+    """
+
+    name = "nvptx64"
+    triple = "nvptx64-nvidia-cuda"
+    data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+
+    def vector_width(self, dtype: str) -> int:
+        return 1
+
+    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
+                      body: KernelBody) -> ir.Function:
+        fn = ir.Function(module, ir.FunctionType(VOID, list(arg_types)), name=name)
+        fn.calling_convention = "ptx_kernel"
+        builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        body(_NVPTXContext(self, builder), list(fn.args))
+        builder.ret_void()
+        return fn
+
