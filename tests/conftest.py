@@ -1,0 +1,34 @@
+"""Shared test set-up: compiler and runtime caches go to a temporary folder, never $HOME."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_CACHE = Path(tempfile.mkdtemp(prefix="hwbench-test-cache-"))
+for _var in ("TRITON_CACHE_DIR", "POCL_CACHE_DIR", "PYOPENCL_CACHE_DIR", "CUPY_CACHE_DIR", "XDG_CACHE_HOME"):
+    os.environ.setdefault(_var, str(_CACHE / _var.lower()))
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def faulty_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment in which the test-only 'faulty' backend (tests/faulty_backend.py) is registered."""
+    from hwbench.registry import get_backend
+
+    monkeypatch.setenv("HWBENCH_BACKENDS", "faulty=faulty_backend:FaultyBackend")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(TESTS))
+    get_backend.cache_clear()
+    yield dict(os.environ)
+    get_backend.cache_clear()
+
+
+def hwbench_cmd(*args: str) -> list[str]:
+    """Command line running the hwbench CLI with this interpreter."""
+    return [sys.executable, "-m", "hwbench", *args]

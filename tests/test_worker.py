@@ -1,0 +1,138 @@
+"""A kernel that crashes, hangs, raises or computes wrong results becomes a record; the run goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import hwbench_cmd
+from hwbench.runner import Plan, execute
+from hwbench.timing import TimingConfig
+from hwbench.worker import Worker, WorkerDied
+
+SHAPE = {"M": 33, "N": 17, "K": 9}
+EXPECTED = {
+    "good": "ok",
+    "segfault": "crashed",
+    "abort": "crashed",
+    "hang": "timeout",
+    "wrong": "parity_failed",
+    "raise": "runtime_error",
+    "compile_error": "compile_error",
+    "nan": "parity_failed",
+}
+
+
+@pytest.fixture(scope="module")
+def faulty_doc() -> dict:
+    from hwbench.registry import get_backend
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HWBENCH_BACKENDS", "faulty=faulty_backend:FaultyBackend")
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        patch.syspath_prepend(str(Path(__file__).parent))
+        get_backend.cache_clear()
+        yield _run_faulty()
+    get_backend.cache_clear()
+
+
+def _run_faulty() -> dict:
+    plan = Plan(backends=["faulty"], kernels=["gemm"], shapes={"gemm": [SHAPE]}, timeout_s=4.0,
+                timing=TimingConfig(warmup_s=0.0, budget_s=0.02, min_samples=3))
+    return execute(plan, {"gemm": ("fp32",)}, {"gemm": [SHAPE]})
+
+
+def test_every_misbehaviour_becomes_its_record(faulty_doc: dict) -> None:
+    statuses = {r["impl"]: r["status"] for r in faulty_doc["records"]}
+    assert statuses == EXPECTED
+    assert faulty_doc["run"]["incomplete"] is False
+
+
+def test_reasons_say_what_happened(faulty_doc: dict) -> None:
+    reasons = {r["impl"]: r["reason"] for r in faulty_doc["records"]}
+    assert "SIGSEGV" in reasons["segfault"]
+    assert "SIGABRT" in reasons["abort"]
+    assert "4 s timeout" in reasons["hang"]
+    assert "device lost" in reasons["raise"]
+    assert "expected ';'" in reasons["compile_error"]
+    assert "1 of 561 elements" in reasons["wrong"]
+    assert reasons["good"] == ""
+
+
+def test_failed_parity_is_never_timed(faulty_doc: dict) -> None:
+    by_impl = {r["impl"]: r for r in faulty_doc["records"]}
+    for name in ("wrong", "nan"):
+        assert by_impl[name]["parity"]["passed"] is False
+        assert by_impl[name]["timing"]["n"] == 0
+        assert by_impl[name]["metrics"]["tflops"] is None
+    assert by_impl["nan"]["parity"]["nonfinite"] == 1
+    assert by_impl["good"]["timing"]["n"] >= 3
+    assert by_impl["good"]["metrics"]["tflops"] > 0
+
+
+def test_worker_restarts_after_a_crash(faulty_env: dict[str, str]) -> None:
+    with Worker() as worker:
+        case = {"kernel": "gemm", "impl": "segfault", "backend": "faulty", "device_index": 0, "dtype": "fp32",
+                "shape": SHAPE, "timing": {"budget_s": 0.01, "warmup_s": 0.0}}
+        with pytest.raises(WorkerDied) as died:
+            worker.request({"op": "case", "case": case}, timeout=30)
+        assert died.value.status == "crashed"
+        answer = worker.request({"op": "case", "case": {**case, "impl": "good"}}, timeout=30)
+        assert answer["record"]["status"] == "ok"
+
+
+def _marked_processes(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_ctrl_c_saves_finished_cases_and_leaves_no_process(faulty_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "interrupted.json"
+    marker = f"HWBENCH_TEST_MARKER={uuid.uuid4().hex}"
+    env = dict(faulty_env, HWBENCH_TEST_MARKER=marker.split("=", 1)[1])
+    proc = subprocess.Popen(
+        hwbench_cmd("run", "--backend", "faulty", "--kernel", "gemm", "--impl", "good,hang",
+                    "--shape", "gemm:M=33,N=17,K=9", "--budget", "0.02", "--timeout", "120", "--out", str(out)),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A background shell starts children with SIGINT ignored; a terminal user's hwbench has it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the good case is done and the hang has started
+        line = proc.stderr.readline()
+        if "[1/2]" in line or not line:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    doc = json.loads(out.read_text())
+    assert doc["run"]["incomplete"] is True
+    assert [r["impl"] for r in doc["records"]] == ["good"]
+    assert doc["records"][0]["status"] == "ok"
+    assert "INCOMPLETE" in stdout
+    time.sleep(0.2)
+    assert _marked_processes(marker) == []
+
+
+def test_worker_ignores_driver_output_on_stdout(faulty_env: dict[str, str]) -> None:
+    # The answer channel is a dedicated fd: text a library prints to stdout cannot corrupt it.
+    with Worker() as worker:
+        answer = worker.request({"op": "host"}, timeout=60)
+    assert "host" in answer and answer["host"]["cpu"]["cores"] >= 1
+    assert os.environ.get("HWBENCH_BACKENDS", "").startswith("faulty=")
