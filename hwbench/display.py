@@ -10,8 +10,12 @@ from .case import CaseRequest
 HEADERS = ("backend", "kernel", "impl", "dtype", "shape", "status", "median", "TFLOPS", "% peak", "overhead", "parity")
 
 
+#: Short names for the table (the results file keeps the full ones).
+SHORT = {"batch": "B", "heads": "H", "seq_q": "Sq", "seq_k": "Sk", "head_dim": "D"}
+
+
 def _shape(shape: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items()) or "-"
+    return ",".join(f"{SHORT.get(k, k)}={v}" for k, v in shape.items()) or "-"
 
 
 def _seconds(value: float | None) -> str:
@@ -76,20 +80,29 @@ def summary(doc: dict[str, Any]) -> str:
         lines.append(f"backend {backend['name']}: {state}")
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     records = doc["records"]
-    lines += ["", table(row(r) for r in records)]
-    notes = [r for r in records if r["status"] != "ok" or r.get("warnings")]
-    if notes:
-        lines.append("")
-    for r in notes:
-        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace("  ", " ")
-        if r["status"] != "ok":
-            lines.append(f"{r['status']}: {what}: {r['reason']}")
-        for w in r.get("warnings", []):
-            lines.append(f"note: {what}: {w}")
+    cases = [r for r in records if r["impl"] != "*"]
+    lines += ["", table(row(r) for r in cases) if cases else "no cases ran"]
+    lines += _notes(records)
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
         lines.append(f"price: {price}")
     return "\n".join(lines)
+
+
+def _notes(records: list[dict[str, Any]]) -> list[str]:
+    """Why each record is not ok (kernels that share a reason on one line), then timing notes."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    lines = []
+    for r in records:
+        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace("  ", " ")
+        if r["impl"] == "*":
+            grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
+        elif r["status"] != "ok":
+            lines.append(f"{r['status']}: {what}: {r['reason']}")
+        lines += [f"note: {what}: {w}" for w in r.get("warnings", [])]
+    lines = [f"{status}: {backend} {', '.join(kernels)}: {reason}"
+             for (status, backend, reason), kernels in grouped.items()] + lines
+    return [""] + lines if lines else []
 
 
 class ProgressLine:

@@ -111,6 +111,9 @@ def save(doc: dict[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = dumps(doc)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is as readable as any other
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -165,7 +165,7 @@ def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
     finally:
         if own_worker:
             worker.kill()
-    doc["records"] = skipped + records
+    doc["records"] = records + skipped
     add_metrics(doc)
     doc["run"]["finished"] = _now()
     doc["run"]["incomplete"] = interrupted
