@@ -104,7 +104,7 @@ def _check_memory(shapes: dict[str, list[dict[str, int]]], dtypes: list[str] | N
     for name, items in shapes.items():
         kernel = get_kernel(name)
         for shape in items:
-            for dtype in dtypes or ["fp32"]:
+            for dtype in dtypes or ["fp64"]:  # unspecified: check the widest the CPU runs
                 need = kernel.memory_bytes(shape, dtype)
                 if need > free:
                     raise UserError(f"shape {name}:{kernel.describe_shape(shape)} ({dtype}) needs about "

@@ -104,8 +104,23 @@ def plan_cases(plan: Plan, backends: list[dict[str, Any]], kernel_dtypes: Mappin
     return cases, skipped
 
 
-def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float,
-              progress: Progress | None = None) -> tuple[list[dict[str, Any]], bool]:
+def _fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
+    """Device name and implementation kind for a record the worker could not write itself."""
+    for backend in backends:
+        if backend["name"] != record["backend"]:
+            continue
+        impl = next((i for i in backend["implementations"].get(record["kernel"], [])
+                     if i["name"] == record["impl"]), None)
+        device = next((d for d in backend["devices"] if d["index"] == record["device_index"]), None)
+        if impl:
+            record["impl_kind"], record["language"] = impl["kind"], impl["language"]
+        if device:
+            record["device"] = device["name"]
+    return record
+
+
+def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float, progress: Progress | None = None,
+              backends: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Run every case; returns the records and whether the run was interrupted."""
     records: list[dict[str, Any]] = []
     try:
@@ -118,6 +133,8 @@ def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float,
                                                         f"worker error: {answer.get('error')}")
             except WorkerDied as died:
                 record = failed(base_record(case, None, None), died.status, died.reason)
+            if record["device"] is None and backends:
+                record = _fill_coordinates(record, backends)
             records.append(record)
             if progress:
                 progress(number, len(cases), record, case)
@@ -158,7 +175,7 @@ def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
         doc["backends"] = [{k: b.get(k) for k in ("name", "available", "reason", "devices", "environment")
                             if k in b} for b in backends]
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
-        records, interrupted = run_cases(cases, worker, plan.timeout_s, progress)
+        records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
     except KeyboardInterrupt:
         worker.kill()
         interrupted = True

@@ -29,7 +29,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     out = tmp_path_factory.mktemp("run") / "small.json"
     result = hwbench("run", "--backend", "cpu", "--kernel", "gemm,attention",
                      "--shape", "gemm:M=37,N=45,K=29", "--shape", "attention:B=1,H=2,S=33,D=20,causal=1",
-                     "--budget", "0.02", "--out", str(out))
+                     "--budget", "0.02", "--price-per-hour", "0.5", "--out", str(out))
     return result, out
 
 
@@ -45,6 +45,9 @@ def test_run_writes_a_valid_file_and_prints_the_table(small_run) -> None:
     portable = [r for r in doc["records"] if r["impl"] == "llvm"]
     assert all(r["metrics"]["porting_overhead"] is not None for r in portable)
     assert all(r["metrics"]["pct_peak"] is not None for r in doc["records"])
+    for r in doc["records"]:
+        assert r["metrics"]["tflops_per_usd_hour"] == pytest.approx(r["metrics"]["tflops"] / 0.5)
+    assert doc["run"]["price"]["source"] == "--price-per-hour"
     for header in ("kernel", "impl", "dtype", "shape", "status", "TFLOPS", "% peak", "overhead", "parity"):
         assert header in result.stdout
     assert "[1/" in result.stderr  # progress lines

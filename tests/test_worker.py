@@ -66,6 +66,13 @@ def test_reasons_say_what_happened(faulty_doc: dict) -> None:
     assert reasons["good"] == ""
 
 
+def test_crashed_records_still_name_their_device_and_kind(faulty_doc: dict) -> None:
+    by_impl = {r["impl"]: r for r in faulty_doc["records"]}
+    for name in ("segfault", "hang"):
+        assert by_impl[name]["device"] == "Faulty Device"
+        assert by_impl[name]["impl_kind"] == "portable" and by_impl[name]["language"] == "test"
+
+
 def test_failed_parity_is_never_timed(faulty_doc: dict) -> None:
     by_impl = {r["impl"]: r for r in faulty_doc["records"]}
     for name in ("wrong", "nan"):

@@ -14,34 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-import types
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 
 def _import_kernels():
-    """``hwbench.kernels`` from the installed package, or straight from this checkout."""
-    try:
-        from hwbench.kernels.attention import llvm as attn
-        from hwbench.kernels.gemm import llvm as gemm
-    except ImportError:
-        root = Path(__file__).resolve().parents[2]
-        pkg = types.ModuleType("hwbench")
-        pkg.__path__ = []  # namespace stand-in: only the kernels subpackage is needed
-        sys.modules["hwbench"] = pkg
-        from importlib import util
+    """The llvmlite kernel modules of the installed hwbench."""
+    from hwbench.kernels.attention import llvm as attn
+    from hwbench.kernels.gemm import llvm as gemm
 
-        spec = util.spec_from_file_location("hwbench.kernels", root / "kernels" / "__init__.py",
-                                            submodule_search_locations=[str(root / "kernels")])
-        mod = util.module_from_spec(spec)
-        sys.modules["hwbench.kernels"] = mod
-        spec.loader.exec_module(mod)
-        from hwbench.kernels.attention import llvm as attn
-        from hwbench.kernels.gemm import llvm as gemm
     return gemm, attn
 
 
