@@ -80,6 +80,7 @@ class CPUBackend(Backend):
 
     name = "cpu"
     description = "host CPU: llvmlite JIT kernels vs NumPy/OpenBLAS and torch"
+    _flush_buffer: np.ndarray | None = None
 
     def probe(self) -> Availability:
         return Availability(True)
@@ -168,7 +169,7 @@ class CPUBackend(Backend):
 
     def flush(self, device: DeviceInfo) -> Callable[[], None]:
         nbytes = 2 * int(device.extra.get("cache_bytes") or _llc_bytes())
-        if getattr(self, "_flush_buffer", None) is None or self._flush_buffer.nbytes != nbytes:
+        if self._flush_buffer is None or self._flush_buffer.nbytes != nbytes:
             self._flush_buffer = np.zeros(nbytes // 8, dtype=np.float64)
         buffer = self._flush_buffer
 

@@ -38,7 +38,7 @@ class OpenCLBackend(Backend):
     def devices(self) -> list[DeviceInfo]:
         import pyopencl as cl
 
-        found = []
+        found: list[DeviceInfo] = []
         for platform in cl.get_platforms():
             for device in platform.get_devices():
                 kind = "cpu" if device.type & cl.device_type.CPU else "gpu" if device.type & cl.device_type.GPU else "accelerator"

@@ -42,6 +42,7 @@ def per_usd_hour(achieved_tflops: float, usd_per_hour: float | None) -> float | 
 def performance_portability(efficiencies: Iterable[float | None]) -> float:
     """Pennycook's PP: harmonic mean of efficiencies in (0, 1]; 0 if any is missing or zero."""
     values = list(efficiencies)
-    if not values or any(e is None or e <= 0 for e in values):
+    present = [e for e in values if e is not None and e > 0]
+    if not values or len(present) < len(values):
         return 0.0
-    return len(values) / sum(1.0 / e for e in values)  # type: ignore[operator]
+    return len(present) / sum(1.0 / e for e in present)

@@ -53,9 +53,9 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     drop = 23 - keep
     single = x.astype(np.float32)
     bits = single.view(np.uint32).astype(np.uint64)
-    bias = ((bits >> drop) & 1) + (1 << (drop - 1)) - 1
-    bits = ((bits + bias) >> drop) << drop
-    rounded = bits.astype(np.uint32).view(np.float32)
+    bias = ((bits >> np.uint64(drop)) & np.uint64(1)) + np.uint64((1 << (drop - 1)) - 1)
+    kept = ((bits + bias) >> np.uint64(drop)) << np.uint64(drop)
+    rounded = kept.astype(np.uint32).view(np.float32)
     return np.where(np.isnan(single), single, rounded).astype(np.float64)  # NaN payloads must not carry
 
 
