@@ -10,10 +10,21 @@ PYTHON=${PYTHON:-python3}
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
-if ! "$PYTHON" -c "import venv, ensurepip" 2>/dev/null; then
-  echo "setup: installing python3-venv from the distribution" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv python3-pip >/dev/null
+# Distribution packages: ci/apt-packages.txt, one a line (# comments); only missing ones are installed.
+wanted=$(sed -e 's/#.*//' ci/apt-packages.txt | tr -s ' \n' '\n' | sed '/^$/d')
+"$PYTHON" -c "import venv, ensurepip" 2>/dev/null || wanted="$wanted python3-venv python3-pip"
+missing=()
+for pkg in $wanted; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]} from the distribution" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: not a Debian/Ubuntu machine; install these yourself: ${missing[*]}" >&2
+  fi
 fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv

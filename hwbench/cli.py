@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import socket
 import sys
@@ -75,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check results files against the JSON Schema")
     p.add_argument("files", type=Path, nargs="+")
+
+    for name, module in MODULE_COMMANDS.items():
+        command = importlib.import_module(module)
+        command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.__doc__,
+                                             formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -246,6 +252,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "validate": cmd_validate}
 
+#: Subcommands in modules of their own; each module has HELP, add_arguments(parser) and main(args) -> int.
+MODULE_COMMANDS: dict[str, str] = {}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwbench`` script."""
@@ -255,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if args.command in MODULE_COMMANDS:
+            return int(importlib.import_module(MODULE_COMMANDS[args.command]).main(args))
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"hwbench: error: {exc}", file=sys.stderr)
