@@ -1,0 +1,34 @@
+"""Test-only OpenCL backend whose GEMM reads far outside its buffers, so the driver crashes the process.
+
+Registered in tests through ``HWBENCH_BACKENDS="opencl_faulty=opencl_faulty_backend:FaultyOpenCL"``:
+it checks that a driver crash becomes a ``crashed`` record and the run goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from hwbench.backend import DeviceInfo, Implementation, Prepared
+from hwbench.backends import opencl_launch
+from hwbench.backends.opencl import OpenCLBackend
+from hwbench.spec import Kernel, Shape
+
+
+class FaultyOpenCL(OpenCLBackend):
+    """The real OpenCL C GEMM, launched with sizes that do not match its buffers."""
+
+    name = "opencl_faulty"
+
+    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
+                dtype: str, device: DeviceInfo) -> Prepared:
+        wrong = {"M": 1 << 22, "N": 16, "K": 1 << 12}  # row 2**22 of A lies 64 GiB past its buffer
+        state = self._state(device)
+        return opencl_launch.opencl_c(state, "gemm", inputs, wrong, dtype, device)
+
+    def implementations(self, kernel: str) -> list[Implementation]:
+        return [i for i in super().implementations(kernel) if i.name == "opencl"]
+
+    def environment(self) -> dict[str, Any]:
+        return {}

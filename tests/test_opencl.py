@@ -1,0 +1,243 @@
+"""OpenCL backend: devices, parity of the OpenCL C kernels on odd shapes, skip reasons, build errors,
+device selection, crashes as records, host-CPU overhead, and the llvmlite SPIR-V lowering.
+
+The device tests run on whatever OpenCL device is present (PoCL on CI: ci/apt-packages.txt) and
+skip, saying why, where pyopencl or a device is missing; the SPIR-V tests need only llvmlite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import TESTS, hwbench_cmd
+from hwbench.backend import DeviceInfo, Implementation
+from hwbench.case import CaseRequest, CaseRunner
+from hwbench.registry import get_backend, get_kernel
+
+FAST = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3, "max_samples": 5}
+
+
+def _opencl_ready() -> str:
+    """Why the OpenCL tests cannot run here ('' when they can)."""
+    from hwbench.backends.opencl import OpenCLBackend
+
+    available = OpenCLBackend().probe()
+    return "" if available.ok else available.reason
+
+
+needs_opencl = pytest.mark.skipif(bool(_opencl_ready()), reason=f"OpenCL unavailable: {_opencl_ready()}")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return get_backend("opencl")
+
+
+@pytest.fixture(scope="module")
+def device(backend) -> DeviceInfo:
+    return backend.devices()[0]
+
+
+def _run(kernel: str, impl: str, dtype: str, shape: dict[str, int]) -> dict:
+    full = get_kernel(kernel).complete(dict(shape))
+    return CaseRunner().run(CaseRequest(kernel, impl, "opencl", 0, dtype, full, 0, FAST))
+
+
+@needs_opencl
+def test_devices_are_described(device: DeviceInfo) -> None:
+    extra = device.extra
+    assert device.name and device.vendor and device.driver and device.compute_units >= 1
+    assert device.memory_bytes > 0 and extra["local_mem_bytes"] > 0 and extra["max_clock_mhz"] > 0
+    assert extra["platform"] and extra["opencl_version"].startswith("OpenCL")
+    assert isinstance(extra["extensions"], list) and isinstance(extra["il_versions"], list)
+    assert extra["host_cpu"] == (device.kind == "cpu")
+
+
+@needs_opencl
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (37, 53, 29), (13, 100, 7), (130, 33, 301)])
+def test_gemm_parity_on_odd_shapes(shape: tuple[int, int, int], dtype: str) -> None:
+    record = _run("gemm", "opencl", dtype, dict(zip("MNK", shape)))
+    assert record["status"] == "ok", record["reason"]
+    assert record["parity"]["passed"] and record["timing"]["timer"] == "opencl-profiling-events"
+    assert record["config"]["TM"] >= 1 and record["config"]["VW"] >= 1  # the tile chosen is recorded
+
+
+@needs_opencl
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [
+    dict(batch=1, heads=1, seq_q=1, seq_k=1, head_dim=40, causal=0),
+    dict(batch=1, heads=2, seq_q=1, seq_k=1, head_dim=24, causal=1),
+    dict(batch=2, heads=3, seq_q=19, seq_k=70, head_dim=40, causal=1),
+    dict(batch=1, heads=2, seq_q=45, seq_k=17, head_dim=72, causal=0),
+])
+def test_attention_parity_on_odd_shapes(shape: dict[str, int], dtype: str) -> None:
+    record = _run("attention", "opencl", dtype, shape)
+    assert record["status"] == "ok", record["reason"]
+    assert record["parity"]["passed"] and record["config"]["HD"] == shape["head_dim"]
+
+
+@needs_opencl
+@pytest.mark.parametrize("kernel,shape", [
+    ("gemm", {"M": 37, "N": 53, "K": 29}),
+    ("attention", dict(batch=1, heads=2, seq_q=19, seq_k=33, head_dim=24, causal=1)),
+])
+def test_fp16_kernels_compute_right_where_they_build(backend, device: DeviceInfo, kernel: str, shape) -> None:
+    """The fp16 variants (half storage, fp32 math) are checked even on a device that lacks cl_khr_fp16."""
+    from hwbench.backends.opencl_launch import opencl_c
+
+    spec = get_kernel(kernel)
+    full = spec.complete(dict(shape))
+    inputs = spec.make_inputs(full, "fp16", 0)
+    try:
+        prepared = opencl_c(backend._state(device), kernel, inputs, full, "fp16", device)
+    except Exception as exc:
+        pytest.skip(f"this OpenCL compiler rejects half storage: {exc}")
+    prepared.run()
+    out = prepared.result().astype(np.float64)
+    tol = spec.tolerance("fp16", full)
+    assert np.allclose(out, spec.reference(inputs, full), atol=tol.atol, rtol=tol.rtol)
+
+
+def _fake_device(extensions: list[str], il_versions: list[str]) -> DeviceInfo:
+    return DeviceInfo("opencl", 0, "fake", "none", "cpu", extra={
+        "extensions": extensions, "il_versions": il_versions, "native_vector_width": {"fp32": 8, "fp64": 4}})
+
+
+def _impl(backend, kernel: str, name: str) -> Implementation:
+    return next(i for i in backend.implementations(kernel) if i.name == name)
+
+
+def test_skip_reasons_name_the_missing_extension_or_il() -> None:
+    from hwbench.backends.opencl import OpenCLBackend
+
+    backend = OpenCLBackend()
+    bare = _fake_device([], [])
+    assert "lacks cl_khr_fp64" in backend.supports(_impl(backend, "gemm", "opencl"), "fp64", bare).reason
+    assert "lacks cl_khr_fp16" in backend.supports(_impl(backend, "attention", "opencl"), "fp16", bare).reason
+    assert backend.supports(_impl(backend, "gemm", "opencl"), "fp32", bare).ok
+    assert "no bf16 variant" in backend.supports(_impl(backend, "gemm", "opencl"), "bf16", bare).reason
+    pytest.importorskip("llvmlite")
+    reason = backend.supports(_impl(backend, "gemm", "llvm"), "fp32", bare).reason
+    assert reason.startswith("device takes no IL (CL_DEVICE_IL_VERSION empty)") and "module builds" in reason
+    old = backend.supports(_impl(backend, "gemm", "llvm"), "fp32", _fake_device([], ["SPIR-V_1.2"]))
+    assert not old.ok and "not SPIR-V 1.4" in old.reason
+    assert backend.supports(_impl(backend, "attention", "llvm"), "fp32", _fake_device([], ["SPIR-V_1.5"])).ok
+
+
+def test_clblast_skip_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwbench.backends import opencl
+
+    monkeypatch.setattr(opencl, "missing_modules", lambda *m: list(m))
+    backend = opencl.OpenCLBackend()
+    reason = backend.supports(_impl(backend, "gemm", "clblast"), "fp32", _fake_device([], [])).reason
+    assert "pyclblast is not installed" in reason and "libclblast-dev" in reason
+
+
+@needs_opencl
+def test_pocl_takes_no_il_so_llvm_cases_are_skipped(device: DeviceInfo) -> None:
+    if device.extra["il_versions"]:
+        pytest.skip(f"{device.name} takes IL ({' '.join(device.extra['il_versions'])})")
+    pytest.importorskip("llvmlite")
+    record = _run("gemm", "llvm", "fp32", {"M": 8, "N": 8, "K": 8})
+    assert record["status"] == "skipped"
+    assert record["reason"].startswith("device takes no IL (CL_DEVICE_IL_VERSION empty)")
+
+
+@needs_opencl
+def test_a_build_failure_is_a_compile_error_with_the_logs_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwbench.backends import opencl_launch
+
+    monkeypatch.setattr(opencl_launch, "gemm_tiles", lambda device, dtype: {"VW": 5, "TM": 2, "TNV": 1, "WG0": 1})
+    record = _run("gemm", "opencl", "fp32", {"M": 8, "N": 8, "K": 8})
+    assert record["status"] == "compile_error"
+    assert "OpenCLBuildError" in record["reason"] and "error" in record["reason"].split("-DWG0=1:", 1)[1]
+
+
+@needs_opencl
+def test_device_selection_host_overhead_and_schema(tmp_path) -> None:
+    out = tmp_path / "r.json"
+    proc = subprocess.run(hwbench_cmd("run", "--backend", "cpu,opencl", "--kernel", "gemm", "--impl", "numpy,opencl",
+                                      "--shape", "gemm:M=70,N=45,K=33", "--dtype", "fp32", "--device", "opencl:0",
+                                      "--budget", "0.02", "--out", str(out)), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    ocl = [r for r in doc["records"] if r["backend"] == "opencl"]
+    assert [(r["impl"], r["device_index"], r["status"]) for r in ocl] == [("opencl", 0, "ok")]
+    if doc["backends"][1]["devices"][0]["extra"]["host_cpu"]:
+        assert ocl[0]["metrics"]["host_native_impl"] == "numpy"
+        assert isinstance(ocl[0]["metrics"]["host_native_overhead"], float)
+    check = subprocess.run(hwbench_cmd("validate", str(out)), capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@needs_opencl
+def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
+    env = dict(os.environ, HWBENCH_BACKENDS="opencl_faulty=opencl_faulty_backend:FaultyOpenCL",
+               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "r.json"
+    proc = subprocess.run(hwbench_cmd("run", "--backend", "opencl_faulty,opencl", "--kernel", "gemm", "--impl", "opencl",
+                                      "--shape", "gemm:M=17,N=33,K=9", "--dtype", "fp32", "--budget", "0.02",
+                                      "--timeout", "60", "--out", str(out)), capture_output=True, text=True, env=env)
+    assert proc.returncode == 1, proc.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [(r["backend"], r["status"]) for r in records] == [("opencl_faulty", "crashed"), ("opencl", "ok")]
+    assert "SIG" in records[0]["reason"] or "exited" in records[0]["reason"]
+
+
+def test_first_error_line_picks_the_error() -> None:
+    from hwbench.backends.opencl import first_error_line
+
+    log = "Build on <pyopencl.Device 'x'>:\n/tmp/pocl/tempfile_Ab.cl:3:1: warning: w\n/tmp/x/tempfile_Ab.cl:9:5: error: bad\n"
+    assert first_error_line(log) == "program.cl:9:5: error: bad"
+
+
+# SPIR-V lowering of the llvmlite kernels (needs llvmlite only).
+
+@pytest.fixture(scope="module")
+def spirv_modules():
+    pytest.importorskip("llvmlite")
+    from hwbench.kernels.llvmir.spirv import build_spirv
+
+    try:
+        return {(k, d): build_spirv(k, d, 16) for k in ("gemm", "attention") for d in ("fp32", "fp64")}
+    except RuntimeError as exc:
+        pytest.skip(f"no SPIR-V from this llvmlite: {exc}")
+
+
+def test_spirv_modules_start_with_the_magic_number(spirv_modules) -> None:
+    from hwbench.kernels.llvmir.spirv import SPIRV_MAGIC
+
+    for (kernel, dtype), module in spirv_modules.items():
+        assert int.from_bytes(module.binary[:4], "little") == SPIRV_MAGIC, (kernel, dtype)
+        assert module.binary[6:8] == b"\x01\x00" and module.binary[5] >= 4  # version word: SPIR-V 1.4+
+        assert module.entry == kernel and module.workspace_bytes > 0 and len(module.binary) % 4 == 0
+
+
+def test_spirv_modules_validate(spirv_modules, tmp_path) -> None:
+    validator = shutil.which("spirv-val")
+    if validator is None:
+        pytest.skip("spirv-val is not installed (Debian/Ubuntu: apt-get install spirv-tools)")
+    for (kernel, dtype), module in spirv_modules.items():
+        path = tmp_path / f"{kernel}-{dtype}.spv"
+        path.write_bytes(module.binary)
+        proc = subprocess.run([validator, str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{kernel} {dtype}: {proc.stdout}{proc.stderr}"
+
+
+def test_spirv_shares_the_cpu_kernel_source() -> None:
+    pytest.importorskip("llvmlite")
+    from hwbench.kernels.gemm import llvm as gemm_llvm
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget, to_generic_ir
+
+    target = SPIRVTarget(8)
+    text = to_generic_ir(gemm_llvm.build(target, "fp32"))
+    assert "spir_kernel" in text and "ptr addrspace(1)" in text and "llvm.masked" not in text
+    assert "<8 x float>" in text  # the body used the target's vector width
+    assert target.workspace["gemm"] > 0
