@@ -1,0 +1,195 @@
+"""Compile one GPU kernel variant without a GPU and read what the compiler reports.
+
+NVIDIA: the PTX is assembled by ``ptxas -v`` for the architecture, and registers, spill
+bytes, stack and shared memory come from its log. AMD: the AMDGCN assembly carries the
+code object metadata (``.vgpr_count``, ``.sgpr_count``, spill counts, LDS and scratch
+sizes). Tensor-core instructions are counted in the PTX (``mma``, ``wgmma``) or the
+AMDGCN assembly (``v_mfma``). Used by ``hwbench compile`` inside its child processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_PTXAS_TIMEOUT_S = 300
+
+
+def base_record(kernel: str, impl: str, arch: str, variant: str, dtype: str | None) -> dict[str, Any]:
+    """A compile record with its coordinates and every measurement empty."""
+    return {
+        "kernel": kernel, "impl": impl, "language": "triton" if impl == "triton" else "llvmlite",
+        "target": arch, "vendor": "nvidia" if arch.startswith("sm_") else "amd", "variant": variant,
+        "dtype": dtype, "status": "ok", "reason": "", "config": {}, "registers": None, "sgprs": None,
+        "agprs": None, "spill_stores_bytes": None, "spill_loads_bytes": None, "vgpr_spills": None,
+        "sgpr_spills": None, "spilled": None, "shared_bytes": None, "private_bytes": None,
+        "tensor_core": {"mma": 0, "wgmma": 0, "mfma": 0}, "compile_s": None, "assembler": None,
+    }
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    text = " | ".join((errors or lines)[:3]) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:600]}"
+
+
+def tensor_core_counts(assembly: str) -> dict[str, int]:
+    """mma / wgmma instructions in PTX, mfma instructions in AMDGCN assembly."""
+    return {
+        "mma": len(re.findall(r"^\s*mma\.", assembly, re.M)),
+        "wgmma": len(re.findall(r"^\s*wgmma\.mma_async", assembly, re.M)),
+        "mfma": len(re.findall(r"^\s*v_mfma_", assembly, re.M)),
+    }
+
+
+def find_ptxas(prefer_triton: bool, arch: str = "sm_90") -> str | None:
+    """``ptxas``: the one Triton uses for ``arch`` (it matches the PTX version Triton emits) or PATH's."""
+    bundled = None
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        bundled = get_ptxas(int(arch[3:].rstrip("a"))).path
+    except Exception:  # no Triton, or no ptxas in it
+        pass
+    found = shutil.which("ptxas")
+    order = [bundled, found] if prefer_triton else [found, bundled]
+    return next((p for p in order if p), None)
+
+
+def ptxas_stats(ptx: str, ptxas: str) -> dict[str, Any]:
+    """Assemble ``ptx`` for the architecture of its ``.target`` line and parse ``ptxas -v``."""
+    target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    arch = target.group(1) if target else "sm_90"
+    with tempfile.TemporaryDirectory(prefix="hwbench-ptxas-") as tmp:
+        src = Path(tmp, "k.ptx")
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas, "-v", f"-arch={arch}", str(src), "-o", str(Path(tmp, "k.cubin"))],
+                              capture_output=True, text=True, timeout=_PTXAS_TIMEOUT_S)
+    log = proc.stderr + proc.stdout
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas -arch={arch} failed: {log.strip()}")
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    num = lambda pattern: int(m.group(1)) if (m := re.search(pattern, log)) else None  # noqa: E731
+    stores, loads = num(r"(\d+) bytes spill stores"), num(r"(\d+) bytes spill loads")
+    return {
+        "registers": num(r"Used (\d+) registers"), "spill_stores_bytes": stores, "spill_loads_bytes": loads,
+        "spilled": bool(stores or loads), "private_bytes": num(r"(\d+) bytes stack frame"),
+        "shared_bytes": num(r"(\d+) bytes smem") or 0,
+        "assembler": {"tool": "ptxas", "arch": arch, "version": version[-1] if version else "", "path": ptxas},
+    }
+
+
+def amdgcn_stats(assembly: str) -> dict[str, Any]:
+    """Registers, spills, LDS and scratch from the code object metadata in AMDGCN assembly."""
+    def num(key: str) -> int | None:
+        m = re.search(rf"^\s*(?:-\s*)?\.{key}:\s*(\d+)", assembly, re.M)  # the first key follows "- "
+        return int(m.group(1)) if m else None
+
+    vspill, sspill = num("vgpr_spill_count"), num("sgpr_spill_count")
+    return {
+        "registers": num("vgpr_count"), "sgprs": num("sgpr_count"), "agprs": num("agpr_count"),
+        # SGPR spills land in spare VGPR lanes; only VGPR spills go to scratch memory.
+        "vgpr_spills": vspill, "sgpr_spills": sspill, "spilled": bool(vspill),
+        "shared_bytes": num("group_segment_fixed_size"), "private_bytes": num("private_segment_fixed_size"),
+        "assembler": {"tool": "llvm amdgcn", "arch": None, "version": "", "path": None},
+    }
+
+
+def _triton_target(arch: str) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    if arch.startswith("sm_"):
+        return GPUTarget("cuda", int(arch[3:].rstrip("a")), 32)
+    return GPUTarget("hip", arch, 64)
+
+
+def _precision_skip(target: Any, precision: str | None) -> str:
+    """Why a dot precision cannot compile for ``target`` (empty when it can)."""
+    if not precision or precision == "ieee":
+        return ""
+    from triton.compiler.compiler import make_backend
+
+    allowed = make_backend(target).parse_options({}).allowed_dot_input_precisions
+    if precision in allowed:
+        return ""
+    return f"{target.arch} has no {precision} dot (Triton allows {', '.join(allowed)} there)"
+
+
+def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
+    """Compile each variant of a Triton kernel (default configuration) for ``arch``."""
+    import triton
+    from triton.compiler import ASTSource
+
+    source = importlib.import_module(f"hwbench.kernels.{kernel}.triton")
+    target = _triton_target(arch)
+    records = []
+    for v in source.compile_variants(arch):
+        record = base_record(kernel, "triton", arch, v["name"], v["dtype"])
+        record["config"] = dict(v["config"])
+        skip = _precision_skip(target, v.get("precision"))
+        if skip:
+            record.update(status="skipped", reason=skip)
+            records.append(record)
+            continue
+        t0 = time.perf_counter()
+        try:
+            compiled = triton.compile(ASTSource(v["fn"], v["signature"], v["constexprs"]), target=target,
+                                      options=dict(v["options"]))
+            record["compile_s"] = time.perf_counter() - t0
+            record.update(_stats(compiled.asm, arch, prefer_triton=True))
+            record["shared_bytes"] = max(record["shared_bytes"] or 0, int(compiled.metadata.shared or 0))
+        except Exception as exc:  # the compiler's rejection is the record
+            record.update(status="compile_error", reason=_one_line(exc), compile_s=time.perf_counter() - t0)
+        records.append(record)
+    return records
+
+
+def _stats(asm: dict[str, Any], arch: str, prefer_triton: bool) -> dict[str, Any]:
+    if arch.startswith("sm_"):
+        ptxas = find_ptxas(prefer_triton, arch)
+        if ptxas is None:
+            raise RuntimeError("no ptxas on PATH and no Triton install to borrow one from")
+        return {**ptxas_stats(asm["ptx"], ptxas), "tensor_core": tensor_core_counts(asm["ptx"])}
+    return {**amdgcn_stats(asm["amdgcn"]), "tensor_core": tensor_core_counts(asm["amdgcn"])}
+
+
+def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
+    """Lower the llvmlite kernel for ``arch`` (PTX through ptxas, or an AMDGCN code object)."""
+    from hwbench.kernels.llvmir.gpu import compile_module, target_for
+
+    source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
+    target = target_for(arch)
+    record = base_record(kernel, "llvm", arch, f"{kernel}_{dtype}", dtype)
+    record["config"] = {**source.tile_sizes(dtype, target.vector_width(dtype)),
+                        "threads_per_block": target.threads_per_block, "private_budget_bytes": target.private_bytes}
+    t0 = time.perf_counter()
+    try:
+        binary = compile_module(source.build(target, dtype), target, source.KERNEL)
+        key = "ptx" if arch.startswith("sm_") else "amdgcn"
+        record.update(_stats({key: binary.assembly}, arch, prefer_triton=False))
+        record["compile_s"] = time.perf_counter() - t0
+    except Exception as exc:
+        record.update(status="compile_error", reason=_one_line(exc), compile_s=time.perf_counter() - t0)
+    return record
+
+
+def summary_lines(records: list[dict[str, Any]]) -> list[str]:
+    """One line per record: status, registers, spills, shared memory, tensor-core instructions."""
+    lines = [f"{'target':<7} {'impl':<6} {'variant':<28} {'status':<13} {'regs':>5} {'spills':>6} "
+             f"{'smem':>7} {'tc':>5} {'s':>6}"]
+    for r in records:
+        tc = sum(r["tensor_core"].values())
+        spills = "-" if r["spilled"] is None else ("yes" if r["spilled"] else "no")
+        regs = "-" if r["registers"] is None else str(r["registers"])
+        smem = "-" if r["shared_bytes"] is None else str(r["shared_bytes"])
+        secs = "-" if r["compile_s"] is None else f"{r['compile_s']:.2f}"
+        lines.append(f"{r['target']:<7} {r['impl']:<6} {r['variant']:<28} {r['status']:<13} {regs:>5} {spills:>6} "
+                     f"{smem:>7} {tc:>5} {secs:>6}" + (f"  {r['reason'][:100]}" if r["reason"] else ""))
+    return lines

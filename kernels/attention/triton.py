@@ -1,0 +1,172 @@
+"""Attention forward ``O = softmax(Q K^T / sqrt(D)) V`` in Triton (flash attention, one source
+for NVIDIA and AMD).
+
+One program owns ``BLOCK_M`` query rows of one (batch, head) and streams the keys in
+``BLOCK_N`` blocks with an online softmax in the exp2 domain (the scale folded with
+log2 e), keeping the ``BLOCK_M x HEAD_DIM`` output tile in registers. Key blocks are
+visited in two stages: blocks that need no mask (entirely below the causal diagonal and
+inside ``Sk``) run without compares; only the diagonal block and the ragged tail pay
+for masking. Sequence lengths need not be multiples of the blocks; head dims that are
+not a power of two are padded to ``BLOCK_D`` with masked loads. Causal keeps keys
+``j <= i`` (top-left aligned, as torch's ``is_causal``). Programs run heaviest first.
+
+Importing this module imports Triton: only backends and ``hwbench compile`` do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import triton
+import triton.language as tl
+
+KERNEL = "attention"
+DTYPES = ("fp16", "bf16", "fp32")
+ELEMENT = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+
+
+@triton.jit
+def _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d, lo, hi,
+                SK, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Fold keys ``[lo, hi)`` into the running (acc, l, m) of one query block."""
+    d_ok = offs_d < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < SK
+        kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
+                     mask=col_ok[None, :] & d_ok[:, None], other=0.0)
+        qk = tl.dot(q, kt, input_precision="ieee")
+        if MASKED:
+            keep = col_ok[None, :]
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
+                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, SQ, SK, sm_scale, stride_qb, stride_qm, stride_kb, stride_kn,
+                     stride_vb, stride_vn, stride_ob, stride_om, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One BLOCK_M block of query rows of one (batch * head); q/k/v/o have unit stride in head_dim."""
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # causal: the longest rows start first
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < SQ
+    d_ok = offs_d < HEAD_DIM
+    q = tl.load(q_ptr + bh * stride_qb + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = k_ptr + bh * stride_kb
+    v_base = v_ptr + bh * stride_vb
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    full = (SK // BLOCK_N) * BLOCK_N  # keys [0, full) fill whole blocks
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, SK)
+        lo = tl.minimum(start_m * BLOCK_M, full)  # BLOCK_M % BLOCK_N == 0: a block boundary
+    else:
+        hi = SK
+        lo = full
+    acc, l_i, m_i = _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+                                0, lo, SK, qk_scale, False, CAUSAL, HEAD_DIM, BLOCK_N, BLOCK_D)
+    acc, l_i, m_i = _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+                                lo, hi, SK, qk_scale, True, CAUSAL, HEAD_DIM, BLOCK_N, BLOCK_D)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + bh * stride_ob + offs_m[:, None] * stride_om + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+@dataclass(frozen=True)
+class Config:
+    """Block sizes, warps and pipeline stages of one launch."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def options(self) -> dict[str, Any]:
+        """Launch/compile options."""
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages, **self.extra}
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain form for results records."""
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, **self.options()}
+
+
+def block_d(head_dim: int) -> int:
+    """Head dim padded to a power of two, at least 16 (the smallest ``tl.dot`` extent)."""
+    return max(16, triton.next_power_of_2(int(head_dim)))
+
+
+def configs(arch: str, dtype: str, head_dim: int) -> list[Config]:
+    """The small tuning space for ``arch`` and ``head_dim``; the first is the default."""
+    wide = dtype == "fp32" or block_d(head_dim) > 128
+    if arch.startswith("gfx"):
+        space = [Config(128, 64, 4, 1, {"waves_per_eu": 2}), Config(128, 32, 4, 1, {"waves_per_eu": 2}),
+                 Config(64, 64, 4, 1, {"waves_per_eu": 2}), Config(128, 128, 8, 1, {"waves_per_eu": 2})]
+        if block_d(head_dim) > 64:  # a 128-wide head: 8 waves and narrow key blocks keep VGPRs unspilled
+            space = [Config(128, 32, 8, 1, {"waves_per_eu": 0})] + space
+    else:
+        space = [Config(128, 64, 8, 3), Config(128, 128, 8, 3), Config(128, 64, 4, 3),
+                 Config(64, 64, 4, 3), Config(128, 32, 4, 4)]
+        if block_d(head_dim) > 64:  # 128-wide heads: 32-key blocks compile without spills
+            space = [Config(128, 32, 8, 3)] + space[:4]
+    if wide:  # fp32 tiles and very wide heads: smaller blocks keep registers and shared memory in bounds
+        extra = dict(space[0].extra)
+        space = [Config(32, 32, 4, 2, extra), Config(64, 32, 8, 2, extra), Config(64, 64, 8, 2, extra)]
+    return space
+
+
+def default_config(arch: str, dtype: str, head_dim: int) -> Config:
+    """The first configuration of the tuning space."""
+    return configs(arch, dtype, head_dim)[0]
+
+
+def compile_variants(arch: str) -> list[dict[str, Any]]:
+    """What ``hwbench compile`` builds: each dtype, causal and not, head_dim 64 and 128, default config."""
+    variants = []
+    for dtype in DTYPES:
+        elem = ELEMENT[dtype]
+        for head_dim in (64, 128):
+            cfg = default_config(arch, dtype, head_dim)
+            for causal in (0, 1):
+                sig = {"q_ptr": f"*{elem}", "k_ptr": f"*{elem}", "v_ptr": f"*{elem}", "o_ptr": f"*{elem}",
+                       "SQ": "i32", "SK": "i32", "sm_scale": "fp32", "stride_qb": "i32", "stride_qm": "i32",
+                       "stride_kb": "i32", "stride_kn": "i32", "stride_vb": "i32", "stride_vn": "i32",
+                       "stride_ob": "i32", "stride_om": "i32"}
+                variants.append({
+                    "name": f"attention_{dtype}_d{head_dim}{'_causal' if causal else ''}", "dtype": dtype,
+                    "fn": attention_kernel, "signature": sig,
+                    "constexprs": {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": cfg.block_m,
+                                   "BLOCK_N": cfg.block_n, "BLOCK_D": block_d(head_dim)},
+                    "options": cfg.options(), "config": {**cfg.as_dict(), "head_dim": head_dim, "causal": causal},
+                })
+    return variants
+
+
+def launch(q: Any, k: Any, v: Any, o: Any, causal: bool, config: Config) -> None:
+    """``o = attention(q, k, v)`` for contiguous (batch, heads, seq, head_dim) tensors."""
+    bsz, heads, sq, d = q.shape
+    sk = k.shape[2]
+    grid = (triton.cdiv(sq, config.block_m), bsz * heads)
+    attention_kernel[grid](q, k, v, o, sq, sk, 1.0 / math.sqrt(d), q.stride(1), q.stride(2), k.stride(1),
+                           k.stride(2), v.stride(1), v.stride(2), o.stride(1), o.stride(2),
+                           CAUSAL=int(bool(causal)), HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                           BLOCK_D=block_d(d), **config.options())

@@ -1,0 +1,154 @@
+"""``hwbench compile``: every GPU kernel compiled for sm_90 and gfx942 without a GPU.
+
+One run of the command (module fixture) compiles every Triton variant and llvmlite kernel;
+the tests then read its results file. The parsers are checked on frozen compiler output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import hwbench_cmd
+from hwbench.compile_stats import amdgcn_stats, tensor_core_counts
+from hwbench.results import validate
+
+pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
+pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'hwbench[cpu]')")
+
+TARGETS = ("sm_90", "gfx942")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("compile") / "compile.json"
+    proc = subprocess.run(hwbench_cmd("compile", "--target", ",".join(TARGETS), "--out", str(out), "--quiet"),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    doc["_stdout"] = proc.stdout
+    doc["_rc"] = proc.returncode
+    return doc
+
+
+def test_results_file_is_valid_and_has_only_compile_records(compiled: dict) -> None:
+    doc = {k: v for k, v in compiled.items() if not k.startswith("_")}
+    assert validate(doc) == []
+    assert doc["records"] == [] and doc["compile"]
+    assert doc["software"]["triton"] and doc["software"]["llvmlite"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_kernel_compiles_for_target(compiled: dict, target: str) -> None:
+    mine = [r for r in compiled["compile"] if r["target"] == target]
+    failed = [(r["variant"], r["reason"]) for r in mine if r["status"] != "ok"]
+    assert not failed, failed
+    variants = {(r["impl"], r["variant"]) for r in mine}
+    for dtype in ("fp16", "bf16", "fp32", "tf32"):
+        assert ("triton", f"gemm_{dtype}") in variants
+    for dtype in ("fp16", "bf16", "fp32"):
+        for d in (64, 128):
+            assert ("triton", f"attention_{dtype}_d{d}") in variants
+            assert ("triton", f"attention_{dtype}_d{d}_causal") in variants
+    for kernel in ("gemm", "attention"):
+        for dtype in ("fp32", "fp64"):
+            assert ("llvm", f"{kernel}_{dtype}") in variants
+    assert compiled["_rc"] == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_records_carry_compiler_facts(compiled: dict, target: str) -> None:
+    for r in (r for r in compiled["compile"] if r["target"] == target):
+        assert r["registers"] and r["registers"] > 0, r
+        assert r["compile_s"] > 0 and r["spilled"] in (True, False)
+        assert r["shared_bytes"] is not None and r["private_bytes"] is not None
+        if target.startswith("sm_"):
+            assert r["assembler"]["tool"] == "ptxas" and r["assembler"]["arch"].startswith(target)
+            assert r["spill_stores_bytes"] is not None
+        else:
+            assert r["sgprs"] and r["vgpr_spills"] is not None
+
+
+def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
+    by = {(r["target"], r["variant"]): r["tensor_core"] for r in compiled["compile"]}
+    for dtype in ("fp16", "bf16", "tf32"):
+        assert by[("sm_90", f"gemm_{dtype}")]["wgmma"] > 0
+        assert by[("gfx942", f"gemm_{dtype}")]["mfma"] > 0
+    assert by[("sm_90", "gemm_fp32")] == {"mma": 0, "wgmma": 0, "mfma": 0}  # IEEE fp32: FMA units
+    for dtype in ("fp16", "bf16"):
+        assert sum(by[("sm_90", f"attention_{dtype}_d128_causal")].values()) > 0
+        assert by[("gfx942", f"attention_{dtype}_d128_causal")]["mfma"] > 0
+
+
+def test_summary_is_printed(compiled: dict) -> None:
+    assert "wrote " in compiled["_stdout"] and "gemm_bf16" in compiled["_stdout"]
+
+
+@pytest.mark.parametrize("target", ["sm_xx", "gfx", "cuda", ""])
+def test_bad_target_is_one_line_and_exit_2(tmp_path: Path, target: str) -> None:
+    proc = subprocess.run(hwbench_cmd("compile", "--target", target, "--out", str(tmp_path / "x.json")),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--target" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_unknown_kernel_is_rejected(tmp_path: Path) -> None:
+    proc = subprocess.run(hwbench_cmd("compile", "--kernel", "allreduce", "--out", str(tmp_path / "x.json")),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown --kernel 'allreduce'" in proc.stderr
+
+
+def test_amdgcn_metadata_parser() -> None:
+    text = """
+    .amdgpu_metadata
+    amdhsa.kernels:
+      - .agpr_count:     4
+        .group_segment_fixed_size: 16384
+        .private_segment_fixed_size: 96
+        .sgpr_count:     88
+        .sgpr_spill_count: 3
+        .vgpr_count:     200
+        .vgpr_spill_count: 7
+    v_mfma_f32_32x32x8_f16 a[0:15], v[0:1], v[2:3], a[0:15]
+      v_mfma_f32_32x32x8_f16 a[0:15], v[4:5], v[6:7], a[0:15]
+    """
+    stats = amdgcn_stats(text)
+    assert (stats["registers"], stats["sgprs"], stats["agprs"]) == (200, 88, 4)
+    assert (stats["vgpr_spills"], stats["sgpr_spills"], stats["spilled"]) == (7, 3, True)
+    assert (stats["shared_bytes"], stats["private_bytes"]) == (16384, 96)
+    assert tensor_core_counts(text) == {"mma": 0, "wgmma": 0, "mfma": 2}
+
+
+def test_ptx_tensor_core_counter() -> None:
+    ptx = "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};\n" \
+          "\twgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;\n" \
+          "\twgmma.fence.sync.aligned;\n// mma.sync in a comment\n"
+    assert tensor_core_counts(ptx) == {"mma": 1, "wgmma": 1, "mfma": 0}
+
+
+def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:
+    from hwbench.compile_stats import find_ptxas, ptxas_stats
+
+    ptxas = find_ptxas(prefer_triton=False)
+    if ptxas is None:
+        pytest.skip("no ptxas on PATH and none bundled with Triton")
+    ptx = (".version 7.8\n.target sm_80\n.address_size 64\n"
+           ".visible .entry k(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n.reg .f32 %f<2>;\n"
+           "ld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd1, %rd1;\nmov.f32 %f1, 0f3F800000;\n"
+           "st.global.f32 [%rd1], %f1;\nret;\n}\n")
+    stats = ptxas_stats(ptx, ptxas)
+    assert stats["registers"] is not None and 0 < stats["registers"] < 32
+    assert stats["spill_stores_bytes"] == 0 and stats["spilled"] is False
+    assert stats["assembler"]["arch"] == "sm_80" and stats["shared_bytes"] == 0
+
+
+def test_compile_runs_in_children_and_records_crashes() -> None:
+    from hwbench.compile_cmd import run_jobs
+
+    records = run_jobs([{"arch": "sm_90", "kernel": "nonexistent", "impl": "llvm", "variant": "fp32"}], 1)
+    assert len(records) == 1 and records[0]["status"] == "crashed"
+    assert "nonexistent" in records[0]["reason"]

@@ -1,0 +1,167 @@
+"""The CUDA and ROCm backends: what they offer, why they are unavailable here, and (on a GPU)
+parity of every implementation on small odd shapes.
+
+Without a GPU the device tests are skipped with the backend's own reason; the description,
+implementation lists, skip reasons and the llvmlite GPU lowering are checked everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import hwbench_cmd
+from hwbench.backend import DeviceInfo
+from hwbench.registry import get_backend, get_kernel
+
+BACKENDS = ("cuda", "rocm")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("HWBENCH_BACKENDS", raising=False)
+    get_backend.cache_clear()
+    yield
+    get_backend.cache_clear()
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_implementations_natives_first(name: str) -> None:
+    backend = get_backend(name)
+    gemm = backend.implementations("gemm")
+    assert gemm[0].name == "torch_matmul" and gemm[0].kind == "native"
+    assert {i.name for i in gemm} >= {"torch_matmul", "triton", "llvm"}
+    assert [i.dtypes for i in gemm if i.name == "triton"] == [("fp16", "bf16", "fp32", "tf32")]
+    attention = backend.implementations("attention")
+    assert [i.name for i in attention] == ["torch_sdpa", "triton", "llvm"]
+    allreduce = backend.implementations("allreduce")
+    assert [(i.name, i.kind) for i in allreduce] == [("nccl", "native"), ("triton_symm", "portable")]
+    if name == "cuda":
+        assert "cupy_matmul" in {i.name for i in gemm}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_unavailable_backend_says_why(name: str) -> None:
+    availability = get_backend(name).probe()
+    if availability.ok:
+        pytest.skip(f"{name} is available here: the reason of an unavailable backend cannot be checked")
+    import torch
+
+    assert f"torch {torch.__version__}" in availability.reason
+    assert ("build" in availability.reason) or ("sees no GPU" in availability.reason)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_supports_gives_reasons(name: str) -> None:
+    from hwbench.backends._probe import missing_modules
+
+    backend = get_backend(name)
+    device = DeviceInfo(backend=name, index=0, name="test GPU", vendor="test", kind="gpu", arch="sm_90")
+    impls = {i.name: i for i in backend.implementations("gemm")}
+    wrong = backend.supports(impls["triton"], "fp64", device)
+    assert not wrong.ok and wrong.reason == f"triton has no fp64 variant on {name}"
+    triton = backend.supports(impls["triton"], "bf16", device)
+    assert triton.ok == (not missing_modules("triton"))
+    if name == "cuda" and missing_modules("cupy"):
+        assert backend.supports(impls["cupy_matmul"], "fp32", device).reason.startswith("CuPy is not installed")
+        assert "needs CuPy" in backend.supports(impls["llvm"], "fp32", device).reason
+
+
+def test_run_records_skips_with_reason(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = subprocess.run(hwbench_cmd("run", "--backend", "cuda,rocm", "--kernel", "gemm,attention",
+                                      "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=300)
+    doc = json.loads(out.read_text())
+    if any(b["available"] for b in doc["backends"]):
+        pytest.skip("a GPU backend is available here; see test_gpu_parity")
+    assert proc.returncode == 0
+    assert len(doc["records"]) == 4
+    for record in doc["records"]:
+        assert record["status"] == "skipped"
+        assert record["reason"].startswith(f"backend {record['backend']} unavailable: ")
+
+
+def test_importing_gpu_backends_loads_no_sdk() -> None:
+    code = ("import sys, hwbench.backends.cuda, hwbench.backends.rocm, hwbench.backends.torch_gpu, "
+            "hwbench.kernels.llvmir.gpu, hwbench.compile_cmd; "
+            "print([m for m in ('torch', 'triton', 'cupy') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_nvptx_target_still_importable_from_target_module() -> None:
+    from hwbench.kernels.llvmir import gpu, target
+
+    assert target.NVPTXTarget is gpu.NVPTXTarget
+
+
+def test_launch_grid_covers_programs() -> None:
+    from hwbench.kernels.llvmir.gpu import AMDGCNTarget, NVPTXTarget
+
+    assert NVPTXTarget().launch_grid((300, 7)) == ((3, 7, 1), (128, 1, 1))
+    assert AMDGCNTarget().launch_grid((256, 1, 2)) == ((1, 1, 2), (256, 1, 1))
+    assert NVPTXTarget().launch_grid((0, 0, 0))[0] == (1, 1, 1)  # the guard returns at once
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
+def test_llvm_kernels_fit_private_memory(arch: str) -> None:
+    pytest.importorskip("llvmlite")
+    from hwbench.kernels.attention import llvm as attn
+    from hwbench.kernels.gemm import llvm as gemm
+    from hwbench.kernels.llvmir.gpu import target_for
+
+    target = target_for(arch)
+    for dtype in ("fp32", "fp64"):
+        lim = gemm.block_limits(target, dtype)
+        assert lim["mc"] == gemm.MR and lim["nc"] == 2 and lim["kc"] >= 32
+        assert attn.max_head_dim(target, dtype) >= 128  # every head_dim in the profiles fits
+        for module in (gemm, attn):
+            ir_text = str(module.build(target, dtype))
+            assert f'target triple = "{target.triple}"' in ir_text
+    text = str(gemm.build(target_for("gfx942"), "fp32"))
+    assert "addrspace(5)" in text and "amdgpu_kernel" in text
+
+
+def test_cpu_blocking_is_unchanged() -> None:
+    pytest.importorskip("llvmlite")
+    from hwbench.kernels.attention import llvm as attn
+    from hwbench.kernels.gemm import llvm as gemm
+    from hwbench.kernels.llvmir.target import host_target
+
+    assert gemm.block_limits(host_target(), "fp32") == gemm._MAX_BLOCK["fp32"]
+    assert attn.max_head_dim(host_target(), "fp64") == attn.D_MAX
+
+
+SMALL = {"gemm": [{"M": 67, "N": 45, "K": 130}], "attention": [
+    {"batch": 1, "heads": 2, "seq_q": 77, "seq_k": 77, "head_dim": 64, "causal": 1},
+    {"batch": 1, "heads": 2, "seq_q": 45, "seq_k": 93, "head_dim": 128, "causal": 0}]}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_gpu_parity(name: str) -> None:
+    """On a GPU: every implementation and dtype runs and passes parity on small odd shapes."""
+    from hwbench.case import CaseRequest, CaseRunner
+
+    backend = get_backend(name)
+    availability = backend.probe()
+    if not availability.ok:
+        pytest.skip(f"needs a {name} GPU: {availability.reason}")
+    runner = CaseRunner()
+    failures = []
+    for kernel, shapes in SMALL.items():
+        spec = get_kernel(kernel)
+        for impl in backend.implementations(kernel):
+            for dtype in impl.dtypes:
+                for shape in shapes:
+                    case = CaseRequest(kernel, impl.name, name, 0, dtype, spec.complete(shape), 0,
+                                       {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3})
+                    record = runner.run(case)
+                    if record["status"] not in ("ok", "skipped"):
+                        failures.append((impl.name, dtype, shape, record["status"], record["reason"]))
+                    elif record["status"] == "skipped":
+                        assert record["reason"], record
+    assert not failures, failures
