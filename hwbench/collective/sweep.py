@@ -1,0 +1,108 @@
+"""One AllReduce case on every rank, measured the way nccl-tests measures it.
+
+Inputs follow ``kernels/allreduce/spec.py`` (small integers, so every reduction order is
+exact), built per rank without the other ranks' rows. Parity is checked once before any
+timing (a wrong implementation is never timed) and again after the timed loop; both
+counts of wrong elements are summed over all ranks. The number of warm-up and timed
+iterations comes from the slowest rank's estimate, so every rank runs the same count;
+each iteration's time is the maximum over ranks (gathered after the loop). Control
+messages go through the default process group, never inside the timed loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from hwbench.stats import stability_warnings, summarize
+
+from .impls import Collective
+from .pattern import row_pattern, sum_pattern
+from .topology import World
+
+MIN_ITERS, MAX_ITERS, MAX_WARMUP = 5, 1000, 100
+
+
+def _max_over_ranks(value: float, world: World) -> float:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=world.group)
+    return float(t.item())
+
+
+def _gather(values: np.ndarray, world: World) -> np.ndarray:
+    """Every rank's ``values`` as rows (on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
+    rows = [torch.empty_like(mine) for _ in range(world.size)]
+    dist.all_gather(rows, mine, group=world.group)
+    return torch.stack(rows).numpy()
+
+
+def _verify(impl: Collective, op: Callable[[], None], inp: Any, out: Any, row: np.ndarray,
+            want: np.ndarray) -> tuple[int, float]:
+    impl.fill(inp, row)
+    if out is not inp:
+        impl.poison(out)  # an output the operation never writes cannot pass
+    op()
+    return impl.check(out, want)
+
+
+def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, Any]:
+    """Measure one case on this rank; every rank returns the same summary dict."""
+    dtype, count, in_place, seed = case["dtype"], case["count"], bool(case["in_place"]), case["seed"]
+    inp, out = impl.buffers(count, dtype, in_place)
+    row, want = row_pattern(world.rank, seed), sum_pattern(world.size, seed)
+    op = impl.operation(inp, out, dtype)
+
+    wrong_before, worst_before = _verify(impl, op, inp, out, row, want)
+    totals = _gather(np.array([wrong_before, worst_before]), world)
+    if totals[:, 0].sum() > 0:
+        return {"status": "parity_failed", "mismatches": int(totals[:, 0].sum()), "max_abs_err": float(totals[:, 1].max()),
+                "elements": count * world.size, "samples": [], "when": "before timing"}
+
+    op()
+    estimate = _max_over_ranks(impl.time_once(op), world)
+    warmup = int(min(MAX_WARMUP, case["warmup_s"] / max(estimate, 1e-9)))
+    iters = int(min(MAX_ITERS, max(MIN_ITERS, case["budget_s"] / max(estimate, 1e-9))))
+    for _ in range(warmup):
+        op()
+    samples = impl.time_loop(op, iters)
+    wrong_after, worst_after = _verify(impl, op, inp, out, row, want)
+    rows = _gather(np.concatenate([samples, [wrong_after, worst_after]]), world)
+    per_iter = rows[:, :iters].max(axis=0)
+    wrong = int(rows[:, iters].sum())
+    result = {"status": "ok" if wrong == 0 else "parity_failed", "mismatches": wrong,
+              "max_abs_err": float(rows[:, iters + 1].max()), "elements": count * world.size,
+              "samples": per_iter.tolist(), "warmup": warmup + 3, "when": f"after {iters} timed iterations",
+              "timer": impl.timer, "resolution_s": impl.resolution_s}
+    del op, inp, out
+    return result
+
+
+def to_record(base: dict[str, Any], result: dict[str, Any], resolution_s: float) -> dict[str, Any]:
+    """Fill a record's parity and timing from :func:`run_case`'s result."""
+    record = dict(base)
+    passed = result["mismatches"] == 0
+    record["parity"] = {"max_abs_err": result["max_abs_err"], "max_rel_err": None, "atol": 0.0, "rtol": 0.0,
+                        "exact": True, "mismatches": result["mismatches"], "nonfinite": None,
+                        "elements": result["elements"], "passed": passed}
+    if not passed:
+        record["status"] = "parity_failed"
+        record["reason"] = (f"{result['mismatches']} of {result['elements']} elements wrong over all ranks "
+                            f"({result['when']}; largest error {result['max_abs_err']:g})")
+    if result["samples"]:
+        s = summarize(result["samples"])
+        record["timing"] = {
+            "median_s": s.median, "p99_s": s.p99, "iqr_s": s.iqr, "q1_s": s.q1, "q3_s": s.q3, "mean_s": s.mean,
+            "std_s": s.std, "cv": s.cv, "min_s": s.min, "max_s": s.max, "n": s.n,
+            "timer": result.get("timer", Collective.timer), "resolution_s": result.get("resolution_s") or resolution_s,
+            "flushed": False, "warmup": result["warmup"], "stopped_by": "budget", "samples_s": result["samples"],
+        }
+        record["warnings"] = stability_warnings(s, resolution_s)
+    return record
