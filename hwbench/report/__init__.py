@@ -1,0 +1,39 @@
+"""The HTML report of one or more results files: one self-contained page, no script, no URL.
+
+:func:`build` turns loaded results documents into the page; ``hwbench report`` writes it.
+Every section reads its data defensively and says "no data" (and why) where a file lacks it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..catalog import Catalog
+from . import html, sections
+from .data import Run, rows
+from .summary import summary
+
+
+def build(runs: list[tuple[Path, dict[str, Any]]], catalog: Catalog | None = None,
+          title: str = "hwbench report") -> str:
+    """The report page for ``runs`` (path and loaded document of each results file)."""
+    catalog = catalog or Catalog.load()
+    loaded = [Run(Path(path), doc) for path, doc in runs]
+    found = rows(loaded)
+    hosts = ", ".join(dict.fromkeys(run.host for run in loaded))
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    subtitle = (f"{len(loaded)} results file(s): {', '.join(run.path.name for run in loaded)} · host(s) {hosts} · "
+                f"made by hwbench {__version__} at {stamp}")
+    body = {
+        "summary": summary(loaded, catalog),
+        "roofline": sections.roofline(found, catalog),
+        "overhead": sections.overhead(found),
+        "portability": sections.portability(found),
+        "allreduce": sections.allreduce(found, loaded),
+        "parity": sections.parity(found),
+        "compile": sections.compile_section(loaded),
+    }
+    return html.page(title, subtitle, body)
