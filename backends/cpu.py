@@ -141,11 +141,29 @@ class CPUBackend(Backend):
                                      ("fp32", "fp64")))
             return [native, Implementation("attention", "llvm", "portable", "llvmlite",
                                            "flash-attention forward with online softmax, all cores", PORTABLE_DTYPES)]
+        if kernel == "allreduce":  # run across processes by hwbench.collective, not by prepare()
+            return [
+                Implementation("allreduce", "gloo", "native", "torch.distributed",
+                               "torch.distributed.all_reduce on the gloo backend", ("fp32", "fp64")),
+                Implementation("allreduce", "mpi", "native", "mpi4py",
+                               "MPI.COMM_WORLD.Allreduce through mpi4py, ranks started by mpirun", ("fp32", "fp64")),
+                Implementation("allreduce", "llvm_shm", "portable", "llvmlite",
+                               "shared-memory one-shot / reduce-scatter + all-gather, reduction and "
+                               "synchronisation in llvmlite IR; hierarchical across nodes", PORTABLE_DTYPES),
+            ]
         return []
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not _has("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
+        if impl.kernel == "allreduce" and not _has("torch"):
+            return Availability(False, "torch is not installed: AllReduce ranks meet through torch.distributed")
+        if impl.name == "mpi":
+            from hwbench.collective.mpi import missing
+
+            why = missing()
+            if why:
+                return Availability(False, why)
         return super().supports(impl, dtype, device)
 
     def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,

@@ -1,12 +1,186 @@
-"""NVIDIA GPUs through torch's CUDA build."""
+"""NVIDIA GPUs through torch's CUDA build.
 
-from .torch_gpu import TorchGPUBackend
+Natives: ``torch.matmul`` (cuBLAS / cuBLASLt), ``scaled_dot_product_attention`` (the SDPA
+backend that ran is recorded) and, where CuPy is installed, ``cupy.matmul`` as a second
+native GEMM. Portable: Triton kernels, and the llvmlite kernels lowered to PTX and loaded
+through CuPy (``cuModuleLoadData`` on the PTX, JIT-assembled by the driver).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from hwbench.backend import DeviceInfo, Implementation, Prepared
+
+from ._probe import missing_modules
+from .torch_gpu import TorchGPUBackend, TorchPrepared
+
+
+def _nvidia_smi(index: int, fields: str) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [v.strip() for v in out.stdout.strip().split(",")] if out.returncode == 0 else []
+
+
+def _loaded_library(fragment: str) -> str | None:
+    """Path of a shared library this process has mapped whose name contains ``fragment``."""
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            path = line.split()[-1]
+            if fragment in Path(path).name and ".so" in path:
+                return path
+    except OSError:
+        pass
+    return None
+
+
+def cublas_version() -> str:
+    """cuBLAS version through ``cublasGetProperty`` of the library torch loaded."""
+    import torch
+
+    torch.ones(1, 1, device="cuda") @ torch.ones(1, 1, device="cuda")  # makes torch load cuBLAS
+    path = _loaded_library("libcublas.so") or "libcublas.so"
+    try:
+        lib = ctypes.CDLL(path)
+        parts = []
+        for prop in range(3):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            value = ctypes.c_int()
+            if lib.cublasGetProperty(prop, ctypes.byref(value)) != 0:
+                return ""
+            parts.append(str(value.value))
+        return ".".join(parts)
+    except (OSError, AttributeError):
+        return ""
 
 
 class CUDABackend(TorchGPUBackend):
-    """CUDA devices (Triton and llvmlite-PTX kernels beside cuBLAS and SDPA)."""
+    """CUDA devices (Triton and llvmlite-PTX kernels beside cuBLAS, SDPA and CuPy)."""
 
     name = "cuda"
     description = "NVIDIA GPUs through torch (CUDA build)"
     flavor = "cuda"
     vendor = "NVIDIA"
+    event_name = "cuda_event"
+    blas_name = "cuBLAS"
+
+    def driver_version(self) -> str:
+        try:
+            text = Path("/proc/driver/nvidia/version").read_text()
+            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", text)
+            if found:
+                return found.group(1)
+        except OSError:
+            pass
+        values = _nvidia_smi(0, "driver_version")
+        return values[0] if values else ""
+
+    def device_extra(self, index: int, props: Any) -> dict[str, Any]:
+        extra = super().device_extra(index, props)
+        extra["compute_capability"] = f"{props.major}.{props.minor}"
+        clocks = _nvidia_smi(index, "clocks.max.sm,clocks.max.memory,clocks.sm")
+        if len(clocks) == 3:
+            extra.update(max_sm_clock_mhz=_int(clocks[0]), max_mem_clock_mhz=_int(clocks[1]),
+                         sm_clock_mhz=_int(clocks[2]))
+        return extra
+
+    def libraries(self) -> dict[str, str]:
+        import torch
+
+        libs = super().libraries()
+        libs["cuda_runtime"] = str(torch.version.cuda)
+        libs["cublas"] = cublas_version()
+        libs["cudnn"] = str(torch.backends.cudnn.version() or "")
+        if not missing_modules("cupy"):
+            from hwbench.sysinfo import package_version
+
+            libs["cupy"] = package_version("cupy") or package_version("cupy-cuda12x") or "installed"
+        return {k: v for k, v in libs.items() if v}
+
+    def native_impls(self, kernel: str) -> list[Implementation]:
+        natives = super().native_impls(kernel)
+        if kernel == "gemm":
+            natives.append(Implementation("gemm", "cupy_matmul", "native", "cupy", "cupy.matmul on cuBLAS",
+                                          ("fp16", "fp32", "fp64")))
+        return natives
+
+    def supports(self, impl: Implementation, dtype: str, device: DeviceInfo):
+        from hwbench.backend import Availability
+
+        if impl.name == "cupy_matmul" and missing_modules("cupy"):
+            return Availability(False, "CuPy is not installed (pip install cupy-cuda12x)")
+        return super().supports(impl, dtype, device)
+
+    def loader_missing(self) -> str:
+        if missing_modules("cupy"):
+            return "loading llvmlite PTX needs CuPy (pip install cupy-cuda12x)"
+        return ""
+
+    def loader_name(self) -> str:
+        return "cupy"
+
+    def prepare_native(self, impl: Implementation, t: dict[str, Any], shape: Mapping[str, int],
+                       dtype: str) -> Prepared:
+        if impl.name != "cupy_matmul":
+            return super().prepare_native(impl, t, shape, dtype)
+        import cupy
+        import torch
+
+        a, b = cupy.from_dlpack(t["A"]), cupy.from_dlpack(t["B"])
+        out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
+        c = cupy.from_dlpack(out)
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+        def call() -> None:
+            with stream:
+                cupy.matmul(a, b, out=c)
+
+        return TorchPrepared(call, out, {"library": f"cupy {cupy.__version__} (cuBLAS)"})
+
+    def load_binary(self, binary: Any, device: DeviceInfo) -> Callable[..., None]:
+        import cupy
+        import torch
+
+        path = Path(_scratch_dir()) / f"{binary.kernel}-{binary.target.arch}-{id(binary)}.ptx"
+        path.write_bytes(binary.binary)
+        module = cupy.RawModule(path=str(path))
+        function = module.get_function(binary.kernel)
+
+        def launch(blocks: tuple[int, int, int], threads: tuple[int, int, int], args: list[tuple[Any, str]]) -> None:
+            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+            with stream:
+                function(blocks, threads, tuple(_cupy_arg(v, kind) for v, kind in args))
+
+        launch.module = module  # type: ignore[attr-defined]  # keeps the module loaded
+        return launch
+
+
+def _cupy_arg(value: Any, kind: str) -> Any:
+    if kind == "ptr":
+        return np.uint64(value.data_ptr())
+    if kind == "i64":
+        return np.int64(value)
+    return np.float32(value) if kind == "fp32" else np.float64(value)
+
+
+def _scratch_dir() -> str:
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / "hwbench-ptx"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:
+        return None

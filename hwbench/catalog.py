@@ -6,6 +6,7 @@ its ``as_of``.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -59,8 +60,10 @@ class Catalog:
                 extra = tomllib.loads(Path(user_file).read_text())
             except (OSError, tomllib.TOMLDecodeError) as exc:
                 raise UserError(f"cannot read catalog file {user_file}: {exc}") from None
+            check_user_catalog(extra, Path(user_file))
             devices = {**devices, **extra.get("devices", {})}
-            prices = list(extra.get("prices", [])) + prices  # the user's rows win ties
+            mine = [_per_device({**row, "user_file": str(user_file)}) for row in extra.get("prices", [])]
+            prices = mine + prices  # the user's rows win ties
         return cls(devices, prices)
 
     def match(self, device_name: str) -> str | None:
@@ -97,15 +100,55 @@ class Catalog:
                               f"{row.get('provider', '?')} {instance} ({row.get('pricing', '?')})")
         if key is None:
             return None
-        rows = [r for r in self.prices
-                if r.get("device") == key and r.get("usd_per_gpu_hour") and str(r.get("pricing", "")).startswith("on-demand")]
+        mine = [r for r in self.prices if r.get("device") == key and r.get("user_file") and r.get("usd_per_gpu_hour")]
+        rows = mine or [r for r in self.prices if r.get("device") == key and r.get("usd_per_gpu_hour")
+                        and str(r.get("pricing", "")).startswith("on-demand")]
         if not rows:
             return None
         value = statistics.median(float(r["usd_per_gpu_hour"]) for r in rows)
         dates = sorted(str(r.get("as_of", "")) for r in rows)
         providers = ", ".join(sorted({str(r.get("provider")) for r in rows}))
-        return PriceQuote(value, f"catalog: {providers}", f"{dates[0]}..{dates[-1]}",
-                          f"median of {len(rows)} on-demand offers")
+        basis = (f"median of {len(rows)} offers in {mine[0]['user_file']}" if mine
+                 else f"median of {len(rows)} on-demand offers")
+        return PriceQuote(value, f"catalog: {providers}", f"{dates[0]}..{dates[-1]}", basis)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _per_device(row: dict[str, Any]) -> dict[str, Any]:
+    """A user's price row with ``usd_per_gpu_hour`` filled from ``usd_per_hour / gpus``."""
+    if "usd_per_gpu_hour" not in row and row.get("device"):
+        row["usd_per_gpu_hour"] = row["usd_per_hour"] / row.get("gpus", 1)
+    return row
+
+
+def check_user_catalog(data: dict[str, Any], path: Path) -> None:
+    """UserError (one line) unless every device and price of a user's catalog has source and as_of."""
+    where = f"catalog file {path}"
+    extra = sorted(set(data) - {"devices", "prices", "meta"})
+    if extra:
+        raise UserError(f"{where}: unknown table '{extra[0]}'; a catalog has [devices.KEY] and [[prices]]")
+    for key, entry in (data.get("devices") or {}).items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: devices.{key} must be a table")
+        if not str(entry.get("source", "")).strip() or not str(entry.get("as_of", "")).strip():
+            raise UserError(f"{where}: devices.{key} needs source and as_of (where and when its figures come from)")
+        bad = [d for d, v in (entry.get("peak_tflops") or {}).items() if not _positive(v)]
+        if bad:
+            raise UserError(f"{where}: devices.{key}.peak_tflops.{bad[0]} must be a positive number")
+    for number, row in enumerate(data.get("prices") or [], 1):
+        what = f"{where}: price row {number}"
+        if not isinstance(row, dict) or not (row.get("device") or row.get("instance")):
+            raise UserError(f"{what} needs a device (catalog key) or an instance name")
+        if not str(row.get("source", "")).strip() or not str(row.get("as_of", "")).strip():
+            raise UserError(f"{what} needs source and as_of (where and when the price comes from)")
+        prices = [k for k in ("usd_per_hour", "usd_per_gpu_hour") if k in row]
+        if not prices or not all(_positive(row[k]) for k in prices):
+            raise UserError(f"{what} needs usd_per_hour or usd_per_gpu_hour, a positive number")
+        if "gpus" in row and (not isinstance(row["gpus"], int) or isinstance(row["gpus"], bool) or row["gpus"] < 1):
+            raise UserError(f"{what}: gpus must be a whole number of at least 1")
 
 
 def user_price(usd_per_hour: float) -> PriceQuote:

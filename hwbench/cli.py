@@ -68,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
                    help="rental price of one device in USD/hour (default: the catalog's, where it has one)")
     p.add_argument("--instance", default=None, help="price the run as this catalog instance type, e.g. c7a.xlarge")
+    p.add_argument("--catalog", type=Path, default=None, help="TOML catalog of your own ([devices.KEY] peaks, "
+                   "[[prices]]) over the shipped one; every entry needs source and as_of")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--ranks", type=int, default=None, help="AllReduce: spawn this many local ranks (default: each "
+                   "shape's ranks; under torchrun every rank joins and rank 0 writes the file)")
 
     p = sub.add_parser("show", help="print a results file as a table")
     p.add_argument("file", type=Path)
@@ -135,8 +139,9 @@ def _price(args: argparse.Namespace) -> dict[str, Any] | None:
 
     if args.price_per_hour is not None and args.instance:
         raise UserError("give either --price-per-hour or --instance, not both")
+    catalog = Catalog.load(args.catalog)  # a bad --catalog file fails before the run, not after
     quote = user_price(args.price_per_hour) if args.price_per_hour is not None else (
-        Catalog.load().price(None, args.instance) if args.instance else None)
+        catalog.price(None, args.instance) if args.instance else None)
     return None if quote is None else {"usd_per_hour": quote.usd_per_hour, "source": quote.source,
                                        "as_of": quote.as_of, "basis": quote.basis}
 
@@ -152,6 +157,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runner import Plan, execute
     from .timing import TimingConfig
 
+    from .collective.cli_hooks import follow_if_joined, set_ranks
+
+    joined = follow_if_joined(args)
+    if joined is not None:
+        return joined
     backends = parse_names(args.backend, list(backend_targets()), "backend")
     shapes = _user_shapes(args)
     kernels = parse_names(args.kernel or ",".join(shapes) or None, list(kernel_targets()), "kernel")
@@ -175,9 +185,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         timeout_s=_positive(args.timeout, "--timeout"), timing=timing, price=_price(args),
         command=["hwbench", *sys.argv[1:]],
     )
-    all_shapes = {k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}
+    all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     kernel_dtypes = {k: get_kernel(k).dtypes for k in kernels}
     doc = execute(plan, kernel_dtypes, all_shapes, progress=None if args.quiet else ProgressLine())
+    if args.catalog:  # peaks and prices again, from the user's catalog over the shipped one
+        from .catalog import Catalog
+        from .derive import add_metrics
+
+        add_metrics(doc, Catalog.load(args.catalog))
+        doc["run"]["catalog"] = str(args.catalog)
     saved = results.save(doc, results.free_path(out))
     print(summary(doc))
     print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if saved != out else ""))
@@ -253,7 +269,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 COMMANDS = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "validate": cmd_validate}
 
 #: Subcommands in modules of their own; each module has HELP, add_arguments(parser) and main(args) -> int.
-MODULE_COMMANDS: dict[str, str] = {}
+MODULE_COMMANDS: dict[str, str] = {
+    "report": "hwbench.report_cmd",
+    "compile": "hwbench.compile_cmd",
+    "score": "hwbench.score_cmd",
+    "compare": "hwbench.compare_cmd",
+    "pp": "hwbench.pp_cmd",
+    "probe": "hwbench.probe_cmd",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ from typing import Any
 
 from . import metrics
 from .catalog import Catalog, PriceQuote
+from .collective import summary as collective
 from .registry import get_kernel
 
 
@@ -49,6 +50,14 @@ def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, A
     return natives
 
 
+def _host_native(natives: dict[tuple[Any, ...], dict[str, Any]], record: dict[str, Any],
+                 device: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The cpu backend's native twin of a record whose device is the host CPU (e.g. PoCL), if any."""
+    if record["backend"] == "cpu" or device is None or not (device.get("extra") or {}).get("host_cpu"):
+        return None
+    return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == _twin_key(record)[2:]), None)
+
+
 def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
     """Compute tflops, gbps, % of peak, porting overhead and TFLOPS per USD/hour in place."""
     catalog = catalog or Catalog.load()
@@ -78,3 +87,11 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
         if record.get("impl_kind") == "portable" and native is not None:
             out["native_impl"] = native["impl"]
             out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
+        host = _host_native(natives, record, device)
+        if host is not None:
+            out["host_native_impl"] = host["impl"]
+            out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
+        if hasattr(kernel, "bus_factor"):
+            out.update(collective.bandwidths(record, kernel))
+    collective.per_native_overheads(doc["records"])
+    collective.summarize(doc)

@@ -18,7 +18,8 @@ def _shape(shape: dict[str, int]) -> str:
     return ",".join(f"{SHORT.get(k, k)}={v}" for k, v in shape.items()) or "-"
 
 
-def _seconds(value: float | None) -> str:
+def seconds(value: float | None) -> str:
+    """A duration with a readable unit (s, ms, us, ns); '-' for None."""
     if value is None:
         return "-"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
@@ -47,7 +48,7 @@ def row(record: dict[str, Any]) -> tuple[str, ...]:
     overhead = m.get("porting_overhead")
     return (
         record["backend"], record["kernel"], record["impl"], record.get("dtype") or "-", _shape(record["shape"]),
-        record["status"], _seconds(t.get("median_s")), _num(m.get("tflops"), ".4g"), _num(m.get("pct_peak"), ".1f"),
+        record["status"], seconds(t.get("median_s")), _num(m.get("tflops"), ".4g"), _num(m.get("pct_peak"), ".1f"),
         "-" if overhead is None else f"{overhead:+.0%}", _parity(record["parity"]),
     )
 
@@ -121,7 +122,7 @@ class ProgressLine:
                 self.stream.flush()
             return
         median = record["timing"].get("median_s")
-        result = record["status"] if median is None else f"ok {_seconds(median)}"
+        result = record["status"] if median is None else f"ok {seconds(median)}"
         if record["status"] != "ok":
             result += f" ({record['reason'][:100]})"
         self.stream.write(("\r\033[K" if self.live else "") + f"{what} {result}\n")

@@ -94,6 +94,11 @@ def plan_cases(plan: Plan, backends: list[dict[str, Any]], kernel_dtypes: Mappin
                 continue
             indices = [d["index"] for d in backend["devices"]]
             if plan.devices and name in plan.devices:
+                for absent in sorted(set(plan.devices[name]) - set(indices)):
+                    stub = CaseRequest(kernel, "*", name, absent, "", {})
+                    skipped.append(failed(base_record(stub, None, None), "skipped",
+                                          f"{name} has no device {absent} (its devices: "
+                                          f"{', '.join(f'{name}:{i}' for i in indices)})"))
                 indices = [i for i in indices if i in plan.devices[name]]
             for index in indices:
                 for shape in shapes[kernel]:
@@ -104,7 +109,7 @@ def plan_cases(plan: Plan, backends: list[dict[str, Any]], kernel_dtypes: Mappin
     return cases, skipped
 
 
-def _fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
+def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
     """Device name and implementation kind for a record the worker could not write itself."""
     for backend in backends:
         if backend["name"] != record["backend"]:
@@ -134,7 +139,7 @@ def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float, progress
             except WorkerDied as died:
                 record = failed(base_record(case, None, None), died.status, died.reason)
             if record["device"] is None and backends:
-                record = _fill_coordinates(record, backends)
+                record = fill_coordinates(record, backends)
             records.append(record)
             if progress:
                 progress(number, len(cases), record, case)
@@ -175,7 +180,15 @@ def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
         doc["backends"] = [{k: b.get(k) for k in ("name", "available", "reason", "devices", "environment")
                             if k in b} for b in backends]
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
+        collective = [c for c in cases if c.kernel == "allreduce"]  # spans N processes: its own path
+        cases = [c for c in cases if c.kernel != "allreduce"]
         records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
+        if collective and not interrupted:
+            from .collective.run import run_collective
+
+            more, interrupted, doc["collective"] = run_collective(collective, backends, plan.timeout_s, progress,
+                                                                  plan.dtypes)
+            records += more
     except KeyboardInterrupt:
         worker.kill()
         interrupted = True

@@ -122,3 +122,13 @@ def test_bad_results_files(tmp_path: Path) -> None:
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     assert_one_line_error(hwbench("show", str(binary)), "binary.json")
+
+
+def test_a_device_that_does_not_exist_is_a_skipped_record(tmp_path: Path) -> None:
+    out = tmp_path / "nodevice.json"
+    result = hwbench("run", "--backend", "cpu", "--kernel", "gemm", "--shape", "gemm:M=8,N=8,K=8",
+                     "--device", "cpu:7", "--budget", "0.01", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert [r["status"] for r in doc["records"]] == ["skipped"]
+    assert "cpu has no device 7 (its devices: cpu:0)" in doc["records"][0]["reason"]

@@ -42,6 +42,16 @@ BK = 12  # keys per block: BK * QV = 24 score accumulators in registers
 D_MAX = 1024  # head_dim bound baked into the workspace
 
 
+def max_head_dim(target: LLVMTarget, dtype: str) -> int:
+    """head_dim bound of the workspace: D_MAX, or what fits where the target caps per-program
+    memory (GPU threads): two D x BQ tiles and the BQ reciprocals."""
+    budget = getattr(target, "private_bytes", None)
+    if budget is None:
+        return D_MAX
+    bq = QV * target.vector_width(dtype)
+    return min(D_MAX, (budget // elem_size(scalar_type(dtype)) - bq) // (2 * bq))
+
+
 def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
     """Block shape (compile time) for a dtype and vector width."""
     return {"BQ": QV * vector_width, "BK": BK, "VW": vector_width}
@@ -162,17 +172,18 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
     """The attention kernel module for ``target``.
 
     Entry ``attention(q, k, v, out, Sq, Sk, D, causal, scale)`` over the grid
-    ``(ceil(Sq / BQ), batch * heads)``; ``D <= D_MAX``.
+    ``(ceil(Sq / BQ), batch * heads)``; ``D <= max_head_dim(target, dtype)``.
     """
     t = scalar_type(dtype)
     vw = target.vector_width(dtype)
     bq = QV * vw
+    d_max = max_head_dim(target, dtype)
     module = target.new_module(f"{KERNEL}_{dtype}")
 
     def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
         q, k, v, out, sq, sk, d, causal, scale = args
         b = ctx.builder
-        tl = _Tile(b, t, vw, d, ctx.local_array(t, D_MAX * bq), ctx.local_array(t, D_MAX * bq))
+        tl = _Tile(b, t, vw, d, ctx.local_array(t, d_max * bq), ctx.local_array(t, d_max * bq))
         bh = ctx.program_id(1)
         i0 = b.mul(ctx.program_id(0), i64(bq))
         q_off, kv_off = b.mul(bh, b.mul(sq, d)), b.mul(bh, b.mul(sk, d))

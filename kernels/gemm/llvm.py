@@ -33,6 +33,17 @@ NR_VECTORS = 2
 _MAX_BLOCK = {"fp32": dict(mc=28 * MR, nc=1024, kc=512), "fp64": dict(mc=28 * MR, nc=512, kc=512)}
 
 
+def block_limits(target: LLVMTarget, dtype: str) -> dict[str, int]:
+    """Largest mc/nc/kc the workspace holds: the CPU's cache blocks, or one register tile
+    (MR x NR, with kc filling the rest) where the target caps per-program memory (GPU threads)."""
+    budget = getattr(target, "private_bytes", None)
+    if budget is None:
+        return _MAX_BLOCK[dtype]
+    nr = NR_VECTORS * target.vector_width(dtype)
+    kc = budget // ((MR + nr) * elem_size(scalar_type(dtype)))
+    return dict(mc=MR, nc=nr, kc=max(1, kc))
+
+
 def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
     """Register-tile shape (compile time) for a dtype and vector width."""
     return {"MR": MR, "NR": NR_VECTORS * vector_width, "VW": vector_width}
@@ -121,7 +132,7 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
     t = scalar_type(dtype)
     vw = target.vector_width(dtype)
     nr = NR_VECTORS * vw
-    lim = _MAX_BLOCK[dtype]
+    lim = block_limits(target, dtype)
     module = target.new_module(f"{KERNEL}_{dtype}")
     micro = _emit_micro(module, dtype, vw)
 

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
-from .irutil import I32, I64, PTR, VOID, DTYPE_BYTES, for_range, i64
+from .irutil import I64, PTR, VOID, DTYPE_BYTES, for_range, i64
 
 KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
 
@@ -229,61 +229,10 @@ def host_target() -> CPUTarget:
     return CPUTarget()
 
 
-class _NVPTXContext(KernelContext):
-    """Sketch: how the same hooks map onto CUDA special registers."""
+def __getattr__(name: str):
+    # The GPU targets live in .gpu (which imports this module); resolved lazily to avoid a cycle.
+    if name == "NVPTXTarget":
+        from .gpu import NVPTXTarget
 
-    def _sreg(self, reg: str, axis: int) -> ir.Value:
-        module = self.builder.module
-        name = f"llvm.nvvm.read.ptx.sreg.{reg}.{'xyz'[axis]}"
-        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I32, []), name=name)
-        return self.builder.zext(self.builder.call(fn, []), I64)
-
-    def program_id(self, axis: int) -> ir.Value:
-        return self._sreg("ctaid", axis)
-
-    def num_programs(self, axis: int) -> ir.Value:
-        return self._sreg("nctaid", axis)
-
-    def barrier(self) -> None:
-        module = self.builder.module
-        fn = module.globals.get("llvm.nvvm.barrier0") or ir.Function(
-            module, ir.FunctionType(VOID, []), name="llvm.nvvm.barrier0")
-        self.builder.call(fn, [])
-
-    def local_array(self, elem: ir.Type, count: int) -> ir.Value:
-        module = self.builder.module
-        arr = ir.GlobalVariable(module, ir.ArrayType(elem, count),
-                                name=module.get_unique_name("smem"), addrspace=3)
-        arr.align = _LOCAL_ALIGN
-        arr.linkage = "internal"
-        arr.initializer = ir.Constant(arr.value_type, ir.Undefined)
-        return self.builder.addrspacecast(arr, PTR)
-
-
-class NVPTXTarget(LLVMTarget):
-    """IR-only sketch of a CUDA target (not compiled or tested here).
-
-    A program is a thread block; ``program_id`` reads ``ctaid``, the barrier is
-    ``bar.sync 0``, local arrays are ``addrspace(3)`` shared-memory globals and
-    the entry is a plain ``ptx_kernel`` function taking only the kernel args.
-    With ``vector_width == 1`` the CPU-style bodies run one thread per program,
-    which is correct but slow; a real lowering maps a body's vector lanes to the
-    block's threads (a ``ctx.lane_id()`` hook), which is the follow-up work.
-    """
-
-    name = "nvptx64"
-    triple = "nvptx64-nvidia-cuda"
-    data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
-
-    def vector_width(self, dtype: str) -> int:
-        return 1
-
-    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
-                      body: KernelBody) -> ir.Function:
-        fn = ir.Function(module, ir.FunctionType(VOID, list(arg_types)), name=name)
-        fn.calling_convention = "ptx_kernel"
-        builder = ir.IRBuilder(fn.append_basic_block("entry"))
-        body(_NVPTXContext(self, builder), list(fn.args))
-        builder.ret_void()
-        return fn
-
+        return NVPTXTarget
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

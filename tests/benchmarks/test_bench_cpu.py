@@ -4,18 +4,19 @@
     pytest tests/benchmarks --benchmark-autosave              # keep a baseline under .benchmarks/
     pytest tests/benchmarks --benchmark-compare --benchmark-compare-fail=median:10%
 
-Each case is prepared by the CPU backend exactly as ``hwbench run`` prepares it (inputs,
-JIT, output allocated), checked against the float64 reference once, then timed by
-pytest-benchmark; ``extra_info`` carries GFLOP/s, parity and the device. Shapes are
-moderate so the suite also serves as a smoke test under ``--benchmark-disable``.
+Each case runs through the ``hwbench_case`` fixture (hwbench's pytest plugin): prepared by
+the CPU backend exactly as ``hwbench run`` prepares it, checked against the float64
+reference, timed by pytest-benchmark with the backend's timer and a cache flush before
+each round; ``extra_info`` carries TFLOPS, % of peak, parity, porting overhead against
+the native and the device. Shapes are moderate so the suite also serves as a smoke test
+under ``--benchmark-disable``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from hwbench import parity
-from hwbench.registry import get_backend, get_kernel
+from hwbench.registry import get_kernel
 
 CASES = [
     ("gemm", {"M": 512, "N": 512, "K": 512}),
@@ -32,21 +33,7 @@ def _ids() -> list[str]:
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 @pytest.mark.parametrize("kernel_name,shape", CASES, ids=_ids())
 @pytest.mark.parametrize("impl_kind", ["portable", "native"])
-def test_cpu_kernel(benchmark, kernel_name: str, shape: dict[str, int], dtype: str, impl_kind: str) -> None:
-    backend = get_backend("cpu")
-    kernel = get_kernel(kernel_name)
-    device = backend.devices()[0]
-    impl = next(i for i in backend.implementations(kernel_name) if i.kind == impl_kind)
-    inputs = kernel.make_inputs(shape, dtype, seed=0)
-    prepared = backend.prepare(impl, kernel, inputs, shape, dtype, device)
-    prepared.run()
-    check = parity.check(prepared.result(), kernel.reference(inputs, shape), kernel.tolerance(dtype, shape))
-    assert check.passed, check.reason
-    benchmark.group = f"{kernel_name} {kernel.describe_shape(shape)} {dtype}"
-    benchmark.pedantic(prepared.run, rounds=20, warmup_rounds=2, iterations=1)
-    median = benchmark.stats.stats.median if benchmark.stats else None
-    benchmark.extra_info.update({
-        "impl": impl.name, "backend": "cpu", "device": device.name, "dtype": dtype,
-        "max_abs_err": check.max_abs_err, "atol": check.atol,
-        "gflops": kernel.flops(shape) / median / 1e9 if median else None,
-    })
+def test_cpu_kernel(hwbench_case, kernel_name: str, shape: dict[str, int], dtype: str, impl_kind: str) -> None:
+    result = hwbench_case(kernel_name, shape, dtype=dtype, impl=impl_kind, backend="cpu",
+                          rounds=20, warmup_rounds=2, native_budget_s=0.25)
+    assert result.parity["passed"]
