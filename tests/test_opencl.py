@@ -241,3 +241,25 @@ def test_spirv_shares_the_cpu_kernel_source() -> None:
     assert "spir_kernel" in text and "ptr addrspace(1)" in text and "llvm.masked" not in text
     assert "<8 x float>" in text  # the body used the target's vector width
     assert target.workspace["gemm"] > 0
+
+
+def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> None:
+    pytest.importorskip("llvmlite")
+    from hwbench.kernels.llvmir import spirv
+
+    rebuilt = []
+    real_child = spirv._build_in_child
+
+    def child(*args):
+        rebuilt.append(args)
+        return real_child(*args)
+
+    monkeypatch.setattr(spirv, "_build_in_child", child)
+    monkeypatch.setattr(spirv, "spirv_problem", lambda binary: None if rebuilt else "Id 23 is defined more than once")
+    module = spirv.build_spirv("gemm", "fp32", 8)
+    assert rebuilt == [("gemm", "fp32", 8)]
+    assert int.from_bytes(module.binary[:4], "little") == spirv.SPIRV_MAGIC and module.entry == "gemm"
+    monkeypatch.setattr(spirv, "_build_in_child", lambda *args: module)
+    monkeypatch.setattr(spirv, "spirv_problem", lambda binary: "Id 23 is defined more than once")
+    with pytest.raises(RuntimeError, match="invalid module for gemm fp32: Id 23"):
+        spirv.build_spirv("gemm", "fp32", 8)

@@ -212,10 +212,67 @@ def emit_spirv(module: ir.Module, target: SPIRVTarget, entry: str) -> SPIRVModul
     return SPIRVModule(binary, entry, target.workspace[entry], time.perf_counter() - t0, target.name)
 
 
-def build_spirv(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
-    """The llvmlite ``kernel`` (``gemm`` or ``attention``) in ``dtype`` as SPIR-V for ``lanes`` fp32 lanes."""
+def spirv_problem(binary: bytes) -> str | None:
+    """``spirv-val``'s first complaint about ``binary``; None when valid or when spirv-val is absent."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    validator = shutil.which("spirv-val")
+    if validator is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".spv") as handle:
+        handle.write(binary)
+        handle.flush()
+        proc = subprocess.run([validator, handle.name], capture_output=True, text=True, timeout=60)
+    return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip().splitlines()[0]
+
+
+def _build_here(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
     import importlib
 
     source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
     target = SPIRVTarget(lanes)
     return emit_spirv(source.build(target, dtype), target, source.KERNEL)
+
+
+def _build_in_child(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
+    """The same build in a fresh interpreter (see :func:`build_spirv` for why)."""
+    import base64
+    import json
+    import subprocess
+    import sys
+
+    code = ("import base64, dataclasses, json; from hwbench.kernels.llvmir.spirv import _build_here; "
+            f"m = dataclasses.asdict(_build_here({kernel!r}, {dtype!r}, {lanes})); "
+            "m['binary'] = base64.b64encode(m['binary']).decode(); print(json.dumps(m))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"SPIR-V build in a child process failed: {proc.stderr.strip()[-300:]}")
+    fields = json.loads(proc.stdout.strip().splitlines()[-1])
+    fields["binary"] = base64.b64decode(fields["binary"])
+    return SPIRVModule(**fields)
+
+
+#: Fresh-process rebuilds tried when LLVM's SPIR-V backend emits an invalid module.
+SPIRV_RETRIES = 3
+
+
+def build_spirv(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
+    """The llvmlite ``kernel`` (``gemm`` or ``attention``) in ``dtype`` as SPIR-V for ``lanes`` fp32 lanes.
+
+    LLVM 22's SPIR-V backend occasionally emits a module with a duplicated result id
+    ("Id N is defined more than once") for the same IR, depending on the process's memory
+    layout. Where ``spirv-val`` is installed every module is validated, and an invalid one is
+    rebuilt in a fresh interpreter; RuntimeError (a compile_error record) if none validates.
+    """
+    module = _build_here(kernel, dtype, lanes)
+    problem = spirv_problem(module.binary)
+    for _ in range(SPIRV_RETRIES):
+        if problem is None:
+            return module
+        module = _build_in_child(kernel, dtype, lanes)
+        problem = spirv_problem(module.binary)
+    if problem is not None:
+        raise RuntimeError(f"LLVM's SPIR-V backend emitted an invalid module for {kernel} {dtype}: {problem}")
+    return module
