@@ -92,6 +92,8 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
             out["host_native_impl"] = host["impl"]
             out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
         if hasattr(kernel, "bus_factor"):
-            out.update(collective.bandwidths(record, kernel))
+            # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
+            out.update(collective.bandwidths(record, kernel), tflops=None, pct_peak=None, peak_tflops=None,
+                       peak_source=None, tflops_per_usd_hour=None)
     collective.per_native_overheads(doc["records"])
     collective.summarize(doc)

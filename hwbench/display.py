@@ -7,7 +7,8 @@ from typing import Any, Iterable, TextIO
 
 from .case import CaseRequest
 
-HEADERS = ("backend", "kernel", "impl", "dtype", "shape", "status", "median", "TFLOPS", "% peak", "overhead", "parity")
+HEADERS = ("backend", "kernel", "impl", "dtype", "shape", "status", "median", "TFLOPS", "GB/s", "% peak", "overhead",
+           "parity")
 
 
 #: Short names for the table (the results file keeps the full ones).
@@ -42,13 +43,18 @@ def _parity(parity: dict[str, Any]) -> str:
     return f"{verdict} {err:.1e}" if err is not None else verdict
 
 
+def _noisy(record: dict[str, Any]) -> bool:
+    return any(w.startswith("noisy") for w in record.get("warnings", []))
+
+
 def row(record: dict[str, Any]) -> tuple[str, ...]:
     """One table row of a record."""
     m, t = record["metrics"], record["timing"]
     overhead = m.get("porting_overhead")
     return (
         record["backend"], record["kernel"], record["impl"], record.get("dtype") or "-", _shape(record["shape"]),
-        record["status"], seconds(t.get("median_s")), _num(m.get("tflops"), ".4g"), _num(m.get("pct_peak"), ".1f"),
+        record["status"], seconds(t.get("median_s")) + ("~" if _noisy(record) else ""), _num(m.get("tflops"), ".4g"),
+        _num(m.get("busbw_gbps", m.get("gbps")), ".4g"), _num(m.get("pct_peak"), ".1f"),
         "-" if overhead is None else f"{overhead:+.0%}", _parity(record["parity"]),
     )
 
@@ -57,7 +63,7 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     """Rows aligned under headers (numbers right-aligned)."""
     rows = [headers, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
-    right = {"median", "TFLOPS", "% peak", "overhead"}
+    right = {"median", "TFLOPS", "GB/s", "% peak", "overhead"}
     lines = []
     for n, r in enumerate(rows):
         cells = [c.rjust(w) if headers[i] in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
@@ -100,9 +106,12 @@ def _notes(records: list[dict[str, Any]]) -> list[str]:
             grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
         elif r["status"] != "ok":
             lines.append(f"{r['status']}: {what}: {r['reason']}")
-        lines += [f"note: {what}: {w}" for w in r.get("warnings", [])]
+        lines += [f"note: {what}: {w}" for w in r.get("warnings", []) if not w.startswith("noisy")]
     lines = [f"{status}: {backend} {', '.join(kernels)}: {reason}"
              for (status, backend, reason), kernels in grouped.items()] + lines
+    noisy = sum(_noisy(r) for r in records)
+    if noisy:
+        lines.append(f"~ after a median: noisy, CV above 10 % ({noisy} records; each record's warnings give the CV)")
     return [""] + lines if lines else []
 
 
