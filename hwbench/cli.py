@@ -232,7 +232,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {k['name']:<10} {k['description']}; dtypes {', '.join(k['dtypes'])}")
         for b in backends:
             for impl in b.get("implementations", {}).get(k["name"], []):
-                print(f"    {b['name']}/{impl['name']:<12} {impl['kind']:<8} {impl['language']:<10} "
+                print(f"    {b['name'] + '/' + impl['name']:<20} {impl['kind']:<8} {impl['language']:<17} "
                       f"{', '.join(impl['dtypes'])}  {impl['description']}")
     return 0
 
