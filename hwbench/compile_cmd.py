@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .registry import parse_names
 from .results import KIND, SCHEMA_VERSION, save
 from .sysinfo import hwbench_info, package_version
 
@@ -81,16 +82,6 @@ def parse_targets(text: str) -> list[str]:
                             "(gfx90a, gfx942)")
         out.append(name)
     return list(dict.fromkeys(out))
-
-
-def _names(text: str | None, known: tuple[str, ...], flag: str) -> list[str]:
-    if not text:
-        return list(known)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in known]
-    if bad:
-        raise UserError(f"unknown {flag} '{bad[0]}'; known: {', '.join(known)}")
-    return list(dict.fromkeys(names))
 
 
 def plan_jobs(targets: list[str], kernels: list[str], impls: list[str]) -> list[dict[str, Any]]:
@@ -183,8 +174,8 @@ def default_out() -> Path:
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``hwbench compile``: 0 when everything compiled (or was skipped), 1 otherwise."""
     targets = parse_targets(args.target)
-    kernels = _names(args.kernel, KERNELS, "--kernel")
-    impls = _names(args.impl, IMPLS, "--impl")
+    kernels = parse_names(args.kernel, list(KERNELS), "--kernel", known_label="known")
+    impls = parse_names(args.impl, list(IMPLS), "--impl", known_label="known")
     out = args.out or default_out()
     if out.exists():
         raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")

@@ -92,12 +92,15 @@ def get_kernel(name: str) -> Kernel:
     return kernel
 
 
-def parse_names(text: str | None, known: list[str], what: str) -> list[str]:
-    """Split a comma list of names (``all`` or empty means every known one); UserError on unknown."""
+def parse_names(text: str | None, known: list[str], what: str, known_label: str | None = None) -> list[str]:
+    """Split a comma list of names (``all`` or empty means every known one); UserError on unknown.
+
+    The error reads ``unknown WHAT 'x'; KNOWN_LABEL: a, b`` (KNOWN_LABEL defaults to ``known WHATs``).
+    """
     if not text or text.strip() == "all":
         return list(known)
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise UserError(f"unknown {what} '{unknown[0]}'; known {what}s: {', '.join(known)}")
+        raise UserError(f"unknown {what} '{unknown[0]}'; {known_label or f'known {what}s'}: {', '.join(known)}")
     return list(dict.fromkeys(names))
