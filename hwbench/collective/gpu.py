@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from .impls import Collective
+from .impls import Collective, torch_all_reduce
 from .shm import CollectiveError
 from .topology import World
 
@@ -124,17 +124,7 @@ class NcclAllReduce(GPUCollective):
         return self._keep[0], self._keep[-1]
 
     def operation(self, inp: Any, out: Any, dtype: str) -> Callable[[], None]:
-        import torch.distributed as dist
-
-        group = self.group
-        if inp is out:
-            return lambda: dist.all_reduce(out, group=group)
-
-        def out_of_place() -> None:
-            out.copy_(inp)
-            dist.all_reduce(out, group=group)
-
-        return out_of_place
+        return torch_all_reduce(inp, out, inp is out, self.group)
 
 
 class Handle(Protocol):

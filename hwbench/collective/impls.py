@@ -87,6 +87,21 @@ def _torch_dtype(dtype: str) -> Any:
     return {"fp32": torch.float32, "fp64": torch.float64}[dtype]
 
 
+def torch_all_reduce(src: Any, dst: Any, in_place: bool, group: Any) -> Callable[[], None]:
+    """One ``torch.distributed.all_reduce`` into ``dst``; out of place copies ``src`` first
+    (torch has no out-of-place all_reduce)."""
+    import torch.distributed as dist
+
+    if in_place:
+        return lambda: dist.all_reduce(dst, group=group)
+
+    def out_of_place() -> None:
+        dst.copy_(src)
+        dist.all_reduce(dst, group=group)
+
+    return out_of_place
+
+
 class GlooAllReduce(Collective):
     """torch.distributed.all_reduce on the default (gloo) process group."""
 
@@ -110,17 +125,8 @@ class GlooAllReduce(Collective):
 
     def operation(self, inp: np.ndarray, out: np.ndarray, dtype: str) -> Callable[[], None]:
         import torch
-        import torch.distributed as dist
 
-        src, dst, group = torch.from_numpy(inp), torch.from_numpy(out), self.world.group
-        if inp is out:
-            return lambda: dist.all_reduce(dst, group=group)
-
-        def out_of_place() -> None:
-            dst.copy_(src)
-            dist.all_reduce(dst, group=group)
-
-        return out_of_place
+        return torch_all_reduce(torch.from_numpy(inp), torch.from_numpy(out), inp is out, self.world.group)
 
 
 class ShmPortableAllReduce(Collective):
