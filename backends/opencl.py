@@ -38,13 +38,21 @@ def first_error_line(log: str) -> str:
     return next((ln for ln in lines if re.search(r"\berror\b", ln, re.I)), lines[0] if lines else "build failed")
 
 
-def _source(kernel: str) -> str:
+def _read(package: str, name: str, fallback: Path) -> str:
     try:
         from importlib.resources import files
 
-        return files(f"hwbench.kernels.{kernel}").joinpath("opencl.cl").read_text()
+        return files(package).joinpath(name).read_text()
     except (ModuleNotFoundError, FileNotFoundError):
-        return (KERNELS_DIR / kernel / "opencl.cl").read_text()
+        return fallback.read_text()
+
+
+def _source(kernel: str) -> str:
+    """``kernels/<kernel>/opencl.cl`` behind the shared element-type prelude; ``#line 1`` keeps
+    the build log's line numbers those of the kernel's own file."""
+    prelude = _read("hwbench.kernels", "opencl_dtypes.cl", KERNELS_DIR / "opencl_dtypes.cl")
+    body = _read(f"hwbench.kernels.{kernel}", "opencl.cl", KERNELS_DIR / kernel / "opencl.cl")
+    return f"{prelude}\n#line 1\n{body}"
 
 
 def _lanes(device: DeviceInfo, dtype: str) -> int:

@@ -15,27 +15,7 @@
  *   -DHD= head_dim   -DVW= lanes   -DQV= vectors of query rows   -DBK= keys per block
  *   -DWG0= work-group size along dimension 0 (reqd_work_group_size)
  */
-#if defined(DTYPE_FP64)
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-typedef double T;
-#define ACC double
-#define LD(p, i) ((p)[i])
-#define ST(x, p, i) ((p)[i] = (x))
-#elif defined(DTYPE_FP16)
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
-typedef half T;
-#define ACC float
-#define LD(p, i) vload_half((i), (p))
-#define ST(x, p, i) vstore_half((x), (i), (p))
-#else
-typedef float T;
-#define ACC float
-#define LD(p, i) ((p)[i])
-#define ST(x, p, i) ((p)[i] = (x))
-#endif
-
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
+/* T, ACC, LD, ST and CAT come from kernels/opencl_dtypes.cl, prepended by the backend. */
 #if VW == 1
 typedef ACC ACCV;
 #define VLD(p) (*(p))
