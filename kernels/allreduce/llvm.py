@@ -232,6 +232,16 @@ def _slice(b: ir.IRBuilder, count: ir.Value, ranks: ir.Value, who: ir.Value, esi
     return lo, clamp(b.add(lo, chunk))
 
 
+def _return_unless_ok(b: ir.IRBuilder, rc: ir.Value) -> None:
+    """Return ``rc`` from the current function unless it is OK; continue in a fresh block otherwise."""
+    fn = b.function
+    ok, bad = fn.append_basic_block("ok"), fn.append_basic_block("bad")
+    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, OK)), ok, bad)
+    b.position_at_end(bad)
+    b.ret(rc)
+    b.position_at_end(ok)
+
+
 def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Function) -> None:
     esize = 4 if dtype == "fp32" else 8
     total = _emit_sum(module, dtype, width)
@@ -245,12 +255,7 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     parity = b.and_(b.add(b.load(state, typ=I64), i64(1)), i64(1))
     bank = _ptr_at(b, slots, b.mul(b.mul(parity, ranks), slot_bytes))
     _memcpy(b, _ptr_at(b, bank, b.mul(rank, slot_bytes)), src, b.mul(count, i64(esize)))
-    rc = b.call(barrier, sync)
-    ok, bad = fn.append_basic_block("ok"), fn.append_basic_block("bad")
-    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, OK)), ok, bad)
-    b.position_at_end(bad)
-    b.ret(rc)
-    b.position_at_end(ok)
+    _return_unless_ok(b, b.call(barrier, sync))
     b.call(total, [dst, bank, slot_bytes, i64(0), count, ranks])
     b.ret(ir.Constant(I32, OK))
 
@@ -261,12 +266,7 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     rank, ranks = sync[1], sync[2]
     heap, stride, in_off, out_off, count = rs.args[7:]
     b = ir.IRBuilder(rs.append_basic_block("entry"))
-    rc = b.call(barrier, sync)
-    ok, bad = rs.append_basic_block("ok"), rs.append_basic_block("bad")
-    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, OK)), ok, bad)
-    b.position_at_end(bad)
-    b.ret(rc)
-    b.position_at_end(ok)
+    _return_unless_ok(b, b.call(barrier, sync))
     lo, hi = _slice(b, count, ranks, rank, esize)
     mine = _ptr_at(b, heap, b.add(b.mul(rank, stride), out_off))
     b.call(total, [mine, _ptr_at(b, heap, in_off), stride, lo, hi, ranks])
@@ -278,12 +278,7 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     rank, ranks = sync[1], sync[2]
     heap, stride, out_off, count = ag.args[7:]
     b = ir.IRBuilder(ag.append_basic_block("entry"))
-    rc = b.call(barrier, sync)
-    ok, bad = ag.append_basic_block("ok"), ag.append_basic_block("bad")
-    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, OK)), ok, bad)
-    b.position_at_end(bad)
-    b.ret(rc)
-    b.position_at_end(ok)
+    _return_unless_ok(b, b.call(barrier, sync))
     mine = _ptr_at(b, heap, b.add(b.mul(rank, stride), out_off))
     with for_range(b, i64(1), ranks, name="peer") as k:
         owner = b.srem(b.add(rank, k), ranks)  # start at the next rank: owners are read evenly
@@ -298,12 +293,7 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     b = ir.IRBuilder(both.append_basic_block("entry"))
     sync = list(both.args[:7])
     heap, stride, in_off, out_off, count = both.args[7:]
-    rc = b.call(rs, sync + [heap, stride, in_off, out_off, count])
-    ok, bad = both.append_basic_block("ok"), both.append_basic_block("bad")
-    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, OK)), ok, bad)
-    b.position_at_end(bad)
-    b.ret(rc)
-    b.position_at_end(ok)
+    _return_unless_ok(b, b.call(rs, sync + [heap, stride, in_off, out_off, count]))
     b.ret(b.call(ag, sync + [heap, stride, out_off, count]))
 
 
