@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from functools import lru_cache
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -81,12 +81,17 @@ class CPUBackend(Backend):
     name = "cpu"
     description = "host CPU: llvmlite JIT kernels vs NumPy/OpenBLAS and torch"
     _flush_buffer: np.ndarray | None = None
+    _devices: list[DeviceInfo] | None = None
 
     def probe(self) -> Availability:
         return Availability(True)
 
-    @lru_cache(maxsize=1)
     def devices(self) -> list[DeviceInfo]:
+        if self._devices is None:
+            self._devices = self._describe_devices()
+        return self._devices
+
+    def _describe_devices(self) -> list[DeviceInfo]:
         info = cpu_info()
         vendor = "unknown"
         try:
@@ -99,11 +104,21 @@ class CPUBackend(Backend):
         arch, peak, extra = info["machine"], None, {"features": info["features"]}
         if _has("llvmlite"):
             arch, peak, extra = self._llvm_facts(info, extra)
-        return [DeviceInfo(
-            backend=self.name, index=0, name=f"{info['model']} ({info['cores']} cores)", vendor=vendor,
-            kind="cpu", arch=arch, compute_units=info["cores"], memory_bytes=_total_memory(),
-            libraries={"blas": _blas_label()}, extra=extra, peak=peak,
-        )]
+        return [
+            DeviceInfo(
+                backend=self.name,
+                index=0,
+                name=f"{info['model']} ({info['cores']} cores)",
+                vendor=vendor,
+                kind="cpu",
+                arch=arch,
+                compute_units=info["cores"],
+                memory_bytes=_total_memory(),
+                libraries={"blas": _blas_label()},
+                extra=extra,
+                peak=peak,
+            )
+        ]
 
     def _llvm_facts(self, info: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Peak | None, dict[str, Any]]:
         from hwbench.kernels.llvmir.target import CPUTarget
@@ -118,38 +133,87 @@ class CPUBackend(Backend):
             measured = measure_peak(info["cores"], lanes, isa)
         except Exception as exc:  # a peak we cannot measure is reported as missing, with why
             return target.cpu_name, None, {**extra, "peak_error": str(exc)}
-        extra.update(clock_ghz=measured.clock_ghz, fma_units=measured.fma_units,
-                     fma_per_cycle_measured=measured.fma_per_cycle_measured)
+        extra.update(
+            clock_ghz=measured.clock_ghz,
+            fma_units=measured.fma_units,
+            fma_per_cycle_measured=measured.fma_per_cycle_measured,
+        )
         return target.cpu_name, Peak(measured.tflops, measured.method), extra
 
     def implementations(self, kernel: str) -> list[Implementation]:
         torch = _has("torch")
         if kernel == "gemm":
             return [
-                Implementation("gemm", "numpy", "native", "numpy", "NumPy matmul on its BLAS (OpenBLAS or MKL)",
-                               ("fp32", "fp64")),
-                Implementation("gemm", "llvm", "portable", "llvmlite",
-                               "packed-panel register-blocked kernel, JIT for the host vector width, all cores",
-                               PORTABLE_DTYPES),
+                Implementation(
+                    "gemm", "numpy", "native", "numpy", "NumPy matmul on its BLAS (OpenBLAS or MKL)", ("fp32", "fp64")
+                ),
+                Implementation(
+                    "gemm",
+                    "llvm",
+                    "portable",
+                    "llvmlite",
+                    "packed-panel register-blocked kernel, JIT for the host vector width, all cores",
+                    PORTABLE_DTYPES,
+                ),
             ]
         if kernel == "attention":
-            native = (Implementation("attention", "torch_sdpa", "native", "torch",
-                                     "torch.nn.functional.scaled_dot_product_attention on the CPU", ("fp32", "fp64"))
-                      if torch else
-                      Implementation("attention", "numpy_attention", "native", "numpy",
-                                     "NumPy softmax(QK^T)V (torch is not installed, so no SDPA baseline)",
-                                     ("fp32", "fp64")))
-            return [native, Implementation("attention", "llvm", "portable", "llvmlite",
-                                           "flash-attention forward with online softmax, all cores", PORTABLE_DTYPES)]
+            native = (
+                Implementation(
+                    "attention",
+                    "torch_sdpa",
+                    "native",
+                    "torch",
+                    "torch.nn.functional.scaled_dot_product_attention on the CPU",
+                    ("fp32", "fp64"),
+                )
+                if torch
+                else Implementation(
+                    "attention",
+                    "numpy_attention",
+                    "native",
+                    "numpy",
+                    "NumPy softmax(QK^T)V (torch is not installed, so no SDPA baseline)",
+                    ("fp32", "fp64"),
+                )
+            )
+            return [
+                native,
+                Implementation(
+                    "attention",
+                    "llvm",
+                    "portable",
+                    "llvmlite",
+                    "flash-attention forward with online softmax, all cores",
+                    PORTABLE_DTYPES,
+                ),
+            ]
         if kernel == "allreduce":  # run across processes by hwbench.collective, not by prepare()
             return [
-                Implementation("allreduce", "gloo", "native", "torch.distributed",
-                               "torch.distributed.all_reduce on the gloo backend", ("fp32", "fp64")),
-                Implementation("allreduce", "mpi", "native", "mpi4py",
-                               "MPI.COMM_WORLD.Allreduce through mpi4py, ranks started by mpirun", ("fp32", "fp64")),
-                Implementation("allreduce", "llvm_shm", "portable", "llvmlite",
-                               "shared-memory one-shot / reduce-scatter + all-gather, reduction and "
-                               "synchronisation in llvmlite IR; hierarchical across nodes", PORTABLE_DTYPES),
+                Implementation(
+                    "allreduce",
+                    "gloo",
+                    "native",
+                    "torch.distributed",
+                    "torch.distributed.all_reduce on the gloo backend",
+                    ("fp32", "fp64"),
+                ),
+                Implementation(
+                    "allreduce",
+                    "mpi",
+                    "native",
+                    "mpi4py",
+                    "MPI.COMM_WORLD.Allreduce through mpi4py, ranks started by mpirun",
+                    ("fp32", "fp64"),
+                ),
+                Implementation(
+                    "allreduce",
+                    "llvm_shm",
+                    "portable",
+                    "llvmlite",
+                    "shared-memory one-shot / reduce-scatter + all-gather, reduction and "
+                    "synchronisation in llvmlite IR; hierarchical across nodes",
+                    PORTABLE_DTYPES,
+                ),
             ]
         return []
 
@@ -166,8 +230,15 @@ class CPUBackend(Backend):
                 return Availability(False, why)
         return super().supports(impl, dtype, device)
 
-    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
-                dtype: str, device: DeviceInfo) -> Prepared:
+    def prepare(
+        self,
+        impl: Implementation,
+        kernel: Kernel,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
         if impl.language == "llvmlite":
             module = {"gemm": "hwbench.kernels.gemm.llvm", "attention": "hwbench.kernels.attention.llvm"}[impl.kernel]
             source = importlib.import_module(module)
@@ -197,9 +268,13 @@ class CPUBackend(Backend):
         return flush
 
     def environment(self) -> dict[str, Any]:
-        env: dict[str, Any] = {"blas": blas_info(), "numpy": package_version("numpy"),
-                               "llvmlite": package_version("llvmlite"), "torch": package_version("torch"),
-                               "threads": os.cpu_count()}
+        env: dict[str, Any] = {
+            "blas": blas_info(),
+            "numpy": package_version("numpy"),
+            "llvmlite": package_version("llvmlite"),
+            "torch": package_version("torch"),
+            "threads": os.cpu_count(),
+        }
         if _has("llvmlite"):
             import llvmlite.binding as llvm
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ctypes
 import re
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,12 @@ from .torch_gpu import TorchGPUBackend, TorchPrepared
 
 def _nvidia_smi(index: int, fields: str) -> list[str]:
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [v.strip() for v in out.stdout.strip().split(",")] if out.returncode == 0 else []
@@ -88,8 +93,9 @@ class CUDABackend(TorchGPUBackend):
         extra["compute_capability"] = f"{props.major}.{props.minor}"
         clocks = _nvidia_smi(index, "clocks.max.sm,clocks.max.memory,clocks.sm")
         if len(clocks) == 3:
-            extra.update(max_sm_clock_mhz=_int(clocks[0]), max_mem_clock_mhz=_int(clocks[1]),
-                         sm_clock_mhz=_int(clocks[2]))
+            extra.update(
+                max_sm_clock_mhz=_int(clocks[0]), max_mem_clock_mhz=_int(clocks[1]), sm_clock_mhz=_int(clocks[2])
+            )
         return extra
 
     def libraries(self) -> dict[str, str]:
@@ -108,8 +114,11 @@ class CUDABackend(TorchGPUBackend):
     def native_impls(self, kernel: str) -> list[Implementation]:
         natives = super().native_impls(kernel)
         if kernel == "gemm":
-            natives.append(Implementation("gemm", "cupy_matmul", "native", "cupy", "cupy.matmul on cuBLAS",
-                                          ("fp16", "fp32", "fp64")))
+            natives.append(
+                Implementation(
+                    "gemm", "cupy_matmul", "native", "cupy", "cupy.matmul on cuBLAS", ("fp16", "fp32", "fp64")
+                )
+            )
         return natives
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo):
@@ -127,8 +136,7 @@ class CUDABackend(TorchGPUBackend):
     def loader_name(self) -> str:
         return "cupy"
 
-    def prepare_native(self, impl: Implementation, t: dict[str, Any], shape: Mapping[str, int],
-                       dtype: str) -> Prepared:
+    def prepare_native(self, impl: Implementation, t: dict[str, Any], shape: Mapping[str, int], dtype: str) -> Prepared:
         if impl.name != "cupy_matmul":
             return super().prepare_native(impl, t, shape, dtype)
         import cupy

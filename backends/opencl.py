@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import re
 import time
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -80,9 +81,17 @@ def attention_tiles(device: DeviceInfo, dtype: str, head_dim: int) -> dict[str, 
 class _Launch(Prepared):
     """Work on one device's queue: ``run`` enqueues, waits, and leaves its events for the timer."""
 
-    def __init__(self, state: "_DeviceState", enqueue: Callable[[], tuple[Any, Any]], out: Any,
-                 shape: tuple[int, ...], np_dtype: Any, config: Mapping[str, Any], compile_s: float,
-                 keepalive: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self,
+        state: _DeviceState,
+        enqueue: Callable[[], tuple[Any, Any]],
+        out: Any,
+        shape: tuple[int, ...],
+        np_dtype: Any,
+        config: Mapping[str, Any],
+        compile_s: float,
+        keepalive: tuple[Any, ...] = (),
+    ) -> None:
         self._state, self._enqueue, self._out = state, enqueue, out
         self._shape, self._dtype, self._keep = shape, np_dtype, keepalive
         self.config, self.compile_s = dict(config), compile_s
@@ -177,6 +186,7 @@ class OpenCLBackend(Backend):
 
     def __init__(self) -> None:
         self._states: dict[int, _DeviceState] = {}
+        self._devices: list[DeviceInfo] | None = None
         self._flush_buffer: Any = None
 
     def probe(self) -> Availability:
@@ -185,37 +195,64 @@ class OpenCLBackend(Backend):
         try:
             platforms = _cl_devices()
         except Exception as exc:  # no ICD loader or a broken driver: the reason is the message
-            return Availability(False, f"no OpenCL platform: {' '.join(str(exc).split())} "
-                                       "(Debian/Ubuntu: apt-get install pocl-opencl-icd ocl-icd-libopencl1)")
+            return Availability(
+                False,
+                f"no OpenCL platform: {' '.join(str(exc).split())} "
+                "(Debian/Ubuntu: apt-get install pocl-opencl-icd ocl-icd-libopencl1)",
+            )
         if not platforms:
             return Availability(False, "OpenCL platforms found, but no devices")
         return Availability(True)
 
-    @lru_cache(maxsize=1)
     def devices(self) -> list[DeviceInfo]:
+        if self._devices is None:
+            self._devices = self._list_devices()
+        return self._devices
+
+    def _list_devices(self) -> list[DeviceInfo]:
         return [self._describe(index, platform, device) for index, (platform, device) in enumerate(_cl_devices())]
 
     def _describe(self, index: int, platform: Any, device: Any) -> DeviceInfo:
         import pyopencl as cl
 
-        kind = "cpu" if device.type & cl.device_type.CPU else "gpu" if device.type & cl.device_type.GPU else "accelerator"
+        kind = (
+            "cpu" if device.type & cl.device_type.CPU else "gpu" if device.type & cl.device_type.GPU else "accelerator"
+        )
         extensions = device.extensions.split()
         extra: dict[str, Any] = {
-            "platform": platform.name, "platform_version": platform.version, "opencl_version": device.version,
-            "opencl_c_version": device.opencl_c_version, "max_clock_mhz": device.max_clock_frequency,
-            "global_mem_bytes": device.global_mem_size, "global_mem_cache_bytes": device.global_mem_cache_size,
-            "local_mem_bytes": device.local_mem_size, "max_work_group_size": device.max_work_group_size,
-            "native_vector_width": {"fp32": device.native_vector_width_float,
-                                    "fp64": device.native_vector_width_double,
-                                    "fp16": device.native_vector_width_half},
-            "extensions": extensions, "il_versions": _il_versions(device),
-            "timer_resolution_ns": device.profiling_timer_resolution, "host_cpu": kind == "cpu",
+            "platform": platform.name,
+            "platform_version": platform.version,
+            "opencl_version": device.version,
+            "opencl_c_version": device.opencl_c_version,
+            "max_clock_mhz": device.max_clock_frequency,
+            "global_mem_bytes": device.global_mem_size,
+            "global_mem_cache_bytes": device.global_mem_cache_size,
+            "local_mem_bytes": device.local_mem_size,
+            "max_work_group_size": device.max_work_group_size,
+            "native_vector_width": {
+                "fp32": device.native_vector_width_float,
+                "fp64": device.native_vector_width_double,
+                "fp16": device.native_vector_width_half,
+            },
+            "extensions": extensions,
+            "il_versions": _il_versions(device),
+            "timer_resolution_ns": device.profiling_timer_resolution,
+            "host_cpu": kind == "cpu",
         }
         peak = self._host_peak() if kind == "cpu" else None
         return DeviceInfo(
-            backend=self.name, index=index, name=device.name.strip(), vendor=device.vendor.strip(), kind=kind,
-            arch=device.version, compute_units=device.max_compute_units, memory_bytes=device.global_mem_size,
-            driver=device.driver_version, runtime=platform.version, extra=extra, peak=peak,
+            backend=self.name,
+            index=index,
+            name=device.name.strip(),
+            vendor=device.vendor.strip(),
+            kind=kind,
+            arch=device.version,
+            compute_units=device.max_compute_units,
+            memory_bytes=device.global_mem_size,
+            driver=device.driver_version,
+            runtime=platform.version,
+            extra=extra,
+            peak=peak,
         )
 
     @staticmethod
@@ -234,13 +271,27 @@ class OpenCLBackend(Backend):
             return []
         impls = []
         if kernel == "gemm":
-            impls.append(Implementation("gemm", "clblast", "native", "clblast",
-                                        "CLBlast xGEMM through pyclblast", ("fp32", "fp64", "fp16")))
-        what = ("register-blocked vector tiles, one tile per work-item" if kernel == "gemm"
-                else "flash attention with online softmax, query rows in vector lanes")
+            impls.append(
+                Implementation(
+                    "gemm", "clblast", "native", "clblast", "CLBlast xGEMM through pyclblast", ("fp32", "fp64", "fp16")
+                )
+            )
+        what = (
+            "register-blocked vector tiles, one tile per work-item"
+            if kernel == "gemm"
+            else "flash attention with online softmax, query rows in vector lanes"
+        )
         impls.append(Implementation(kernel, "opencl", "portable", "opencl-c", f"OpenCL C: {what}", _C_DTYPES))
-        impls.append(Implementation(kernel, "llvm", "portable", "llvmlite",
-                                    "the cpu backend's llvmlite kernel lowered to SPIR-V", ("fp32", "fp64")))
+        impls.append(
+            Implementation(
+                kernel,
+                "llvm",
+                "portable",
+                "llvmlite",
+                "the cpu backend's llvmlite kernel lowered to SPIR-V",
+                ("fp32", "fp64"),
+            )
+        )
         return impls
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
@@ -251,8 +302,11 @@ class OpenCLBackend(Backend):
         if extension and extension not in device.extra.get("extensions", []):
             return Availability(False, f"{device.name} lacks {extension}, so no {dtype}")
         if impl.name == "clblast" and missing_modules("pyclblast"):
-            return Availability(False, "pyclblast is not installed (pip install 'hwbench[clblast]'; "
-                                       "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)")
+            return Availability(
+                False,
+                "pyclblast is not installed (pip install 'hwbench[clblast]'; "
+                "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)",
+            )
         if impl.name == "llvm":
             return self._spirv_support(impl.kernel, dtype, device)
         return Availability(True)
@@ -269,8 +323,9 @@ class OpenCLBackend(Backend):
         if not ils:
             return Availability(False, f"device takes no IL (CL_DEVICE_IL_VERSION empty); {built}")
         if not any(v >= SPIRV_VERSION for v in spirv_versions(ils)):
-            return Availability(False, f"device takes {' '.join(ils)}, not SPIR-V "
-                                       f"{'.'.join(map(str, SPIRV_VERSION))}; {built}")
+            return Availability(
+                False, f"device takes {' '.join(ils)}, not SPIR-V {'.'.join(map(str, SPIRV_VERSION))}; {built}"
+            )
         return Availability(True)
 
     def _state(self, device: DeviceInfo) -> _DeviceState:
@@ -278,8 +333,15 @@ class OpenCLBackend(Backend):
             self._states[device.index] = _DeviceState(device.index, _cl_devices()[device.index][1])
         return self._states[device.index]
 
-    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
-                dtype: str, device: DeviceInfo) -> Prepared:
+    def prepare(
+        self,
+        impl: Implementation,
+        kernel: Kernel,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
         from . import opencl_launch as launch
 
         state = self._state(device)
@@ -288,8 +350,9 @@ class OpenCLBackend(Backend):
         if impl.name == "clblast":
             return launch.clblast(state, inputs, shape, dtype)
         if impl.name == "llvm":
-            return launch.spirv(state, impl.kernel, inputs, shape, dtype, _spirv(impl.kernel, dtype,
-                                                                                   _lanes(device, "fp32")))
+            return launch.spirv(
+                state, impl.kernel, inputs, shape, dtype, _spirv(impl.kernel, dtype, _lanes(device, "fp32"))
+            )
         raise ValueError(f"opencl has no implementation {impl.name}")
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
@@ -332,7 +395,7 @@ class OpenCLBackend(Backend):
         return env
 
 
-@lru_cache(maxsize=None)
+@cache
 def _spirv(kernel: str, dtype: str, lanes: int) -> Any:
     from hwbench.kernels.llvmir.spirv import build_spirv
 

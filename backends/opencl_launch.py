@@ -7,7 +7,8 @@ Used by :mod:`hwbench.backends.opencl`; each function returns a prepared case wh
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,14 @@ from hwbench.backend import DeviceInfo, Prepared
 from hwbench.spec import Shape
 
 from .opencl import (
-    OpenCLBuildError, _DeviceState, _Launch, _source, attention_tiles, first_error_line, gemm_tiles, scale_log2e,
+    OpenCLBuildError,
+    _DeviceState,
+    _Launch,
+    _source,
+    attention_tiles,
+    first_error_line,
+    gemm_tiles,
+    scale_log2e,
 )
 
 _NP = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
@@ -41,16 +49,18 @@ def build_opencl_c(state: _DeviceState, kernel: str, dtype: str, options: Mappin
     return state.program(("opencl-c", kernel, dtype, tuple(flags)), build)
 
 
-def opencl_c(state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str,
-             device: DeviceInfo) -> Prepared:
+def opencl_c(
+    state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str, device: DeviceInfo
+) -> Prepared:
     """The OpenCL C GEMM or attention, tiles chosen for ``device``."""
     if kernel == "gemm":
         return _gemm_c(state, inputs, shape, dtype, device)
     return _attention_c(state, inputs, shape, dtype, device)
 
 
-def _gemm_c(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str,
-            device: DeviceInfo) -> Prepared:
+def _gemm_c(
+    state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str, device: DeviceInfo
+) -> Prepared:
     import pyopencl as cl
 
     tiles = gemm_tiles(device, dtype)
@@ -72,13 +82,18 @@ def _gemm_c(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape,
             ev = cl.enqueue_nd_range_kernel(state.queue, gemm, grid, (wg, 1))
         return ev, ev
 
-    config = {**tiles, "tile": f"{tiles['TM']}x{tiles['TNV'] * tiles['VW']}", "global_size": list(grid),
-              "tuned_for": "cpu (measured)" if device.kind == "cpu" else "gpu (heuristic)"}
+    config = {
+        **tiles,
+        "tile": f"{tiles['TM']}x{tiles['TNV'] * tiles['VW']}",
+        "global_size": list(grid),
+        "tuned_for": "cpu (measured)" if device.kind == "cpu" else "gpu (heuristic)",
+    }
     return _Launch(state, enqueue, out, (m, n), _NP[dtype], config, compile_s, keepalive=(a, b, gemm))
 
 
-def _attention_c(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str,
-                 device: DeviceInfo) -> Prepared:
+def _attention_c(
+    state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str, device: DeviceInfo
+) -> Prepared:
     bsz, heads, sq, sk, d = (shape[k] for k in ("batch", "heads", "seq_q", "seq_k", "head_dim"))
     import pyopencl as cl
 
@@ -98,10 +113,15 @@ def _attention_c(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: S
         ev = cl.enqueue_nd_range_kernel(state.queue, attention, grid, (wg, 1))
         return ev, ev
 
-    config = {**tiles, "BQ": bq, "global_size": list(grid),
-              "tuned_for": "cpu (measured)" if device.kind == "cpu" else "gpu (heuristic)"}
-    return _Launch(state, enqueue, out, (bsz, heads, sq, d), _NP[dtype], config, compile_s,
-                   keepalive=(q, k, v, attention))
+    config = {
+        **tiles,
+        "BQ": bq,
+        "global_size": list(grid),
+        "tuned_for": "cpu (measured)" if device.kind == "cpu" else "gpu (heuristic)",
+    }
+    return _Launch(
+        state, enqueue, out, (bsz, heads, sq, d), _NP[dtype], config, compile_s, keepalive=(q, k, v, attention)
+    )
 
 
 def clblast(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) -> Prepared:
@@ -113,7 +133,9 @@ def clblast(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape,
     m, n, k = shape["M"], shape["N"], shape["K"]
     a, b = state.buffer(inputs["A"]), state.buffer(inputs["B"])
     out = state.output(m * n * np.dtype(_NP[dtype]).itemsize)
-    views = [cl.array.Array(state.queue, s, _NP[dtype], data=buf) for s, buf in (((m, k), a), ((k, n), b), ((m, n), out))]
+    views = [
+        cl.array.Array(state.queue, s, _NP[dtype], data=buf) for s, buf in (((m, k), a), ((k, n), b), ((m, n), out))
+    ]
 
     def enqueue() -> tuple[Any, Any]:
         first = cl.enqueue_marker(state.queue)
@@ -122,12 +144,21 @@ def clblast(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape,
 
     from hwbench.sysinfo import package_version
 
-    return _Launch(state, enqueue, out, (m, n), _NP[dtype], {"library": f"CLBlast (pyclblast {package_version('pyclblast')})",
-                                                             "timed": "marker to last event"}, 0.0, keepalive=(a, b, views))
+    return _Launch(
+        state,
+        enqueue,
+        out,
+        (m, n),
+        _NP[dtype],
+        {"library": f"CLBlast (pyclblast {package_version('pyclblast')})", "timed": "marker to last event"},
+        0.0,
+        keepalive=(a, b, views),
+    )
 
 
-def spirv(state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str,
-          module: Any) -> Prepared:
+def spirv(
+    state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str, module: Any
+) -> Prepared:
     """The llvmlite kernel as SPIR-V: one single-work-item work-group per program, global scratch per program."""
     import pyopencl as cl
 
@@ -146,7 +177,11 @@ def spirv(state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], sh
         m, n, k = shape["M"], shape["N"], shape["K"]
         sizes = tile_sizes(dtype, module_lanes(module, dtype))
         mr, nr = sizes["MR"], sizes["NR"]
-        blk = {"mc": min(_ceil(m, mr) * mr, 8 * mr), "nc": min(_ceil(n, nr) * nr, 256 // nr * nr), "kc": min(max(k, 1), 256)}
+        blk = {
+            "mc": min(_ceil(m, mr) * mr, 8 * mr),
+            "nc": min(_ceil(n, nr) * nr, 256 // nr * nr),
+            "kc": min(max(k, 1), 256),
+        }
         grid = (_ceil(n, blk["nc"]), _ceil(m, blk["mc"]))
         bufs = [state.buffer(inputs["A"]), state.buffer(inputs["B"])]
         out_shape: tuple[int, ...] = (m, n)
@@ -174,8 +209,16 @@ def spirv(state: _DeviceState, kernel: str, inputs: Mapping[str, np.ndarray], sh
         return ev, ev
 
     config.update(target=module.target, spirv_bytes=len(module.binary), workspace_bytes=stride, grid=list(grid))
-    return _Launch(state, enqueue, out, out_shape, _NP[dtype], config, compile_s + module.compile_s,
-                   keepalive=(bufs, workspace, entry))
+    return _Launch(
+        state,
+        enqueue,
+        out,
+        out_shape,
+        _NP[dtype],
+        config,
+        compile_s + module.compile_s,
+        keepalive=(bufs, workspace, entry),
+    )
 
 
 def module_lanes(module: Any, dtype: str) -> int:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hwbench.backend import DeviceInfo
 
@@ -76,8 +77,14 @@ class ROCmBackend(TorchGPUBackend):
             pass
         for name, fn in (("rocblas", "rocblas_get_version_string"),):
             try:
-                lib = next((ctypes.CDLL(line.split()[-1]) for line in Path("/proc/self/maps").read_text().splitlines()
-                            if "librocblas.so" in line.split()[-1]), None)
+                lib = next(
+                    (
+                        ctypes.CDLL(line.split()[-1])
+                        for line in Path("/proc/self/maps").read_text().splitlines()
+                        if "librocblas.so" in line.split()[-1]
+                    ),
+                    None,
+                )
                 if lib is not None:
                     buf = ctypes.create_string_buffer(128)
                     getattr(lib, fn)(buf, ctypes.c_size_t(128))
@@ -103,16 +110,29 @@ class ROCmBackend(TorchGPUBackend):
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         image = ctypes.create_string_buffer(binary.binary, len(binary.binary))
         _check(hip.hipModuleLoadData(ctypes.byref(module), image), "hipModuleLoadData", hip)
-        _check(hip.hipModuleGetFunction(ctypes.byref(function), module, binary.kernel.encode()),
-               "hipModuleGetFunction", hip)
+        _check(
+            hip.hipModuleGetFunction(ctypes.byref(function), module, binary.kernel.encode()),
+            "hipModuleGetFunction",
+            hip,
+        )
 
         def launch(blocks: tuple[int, int, int], threads: tuple[int, int, int], args: list[tuple[Any, str]]) -> None:
             values = [_hip_arg(v, kind) for v, kind in args]
             params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
             stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            _check(hip.hipModuleLaunchKernel(function, *[ctypes.c_uint(x) for x in blocks],
-                                             *[ctypes.c_uint(x) for x in threads], ctypes.c_uint(0), stream,
-                                             params, None), "hipModuleLaunchKernel", hip)
+            _check(
+                hip.hipModuleLaunchKernel(
+                    function,
+                    *[ctypes.c_uint(x) for x in blocks],
+                    *[ctypes.c_uint(x) for x in threads],
+                    ctypes.c_uint(0),
+                    stream,
+                    params,
+                    None,
+                ),
+                "hipModuleLaunchKernel",
+                hip,
+            )
 
         launch.keep = (module, image)  # type: ignore[attr-defined]  # the module must outlive the launches
         return launch

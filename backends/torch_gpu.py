@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import importlib
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,15 +39,26 @@ def torch_dtype(dtype: str) -> Any:
     """The torch dtype that holds ``dtype`` on the device (tf32 is stored as fp32)."""
     import torch
 
-    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32,
-            "fp64": torch.float64}[dtype]
+    return {
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "fp64": torch.float64,
+    }[dtype]
 
 
 class TorchPrepared(Prepared):
     """A call on device tensors; ``result`` copies the output to the host (narrow dtypes as fp32)."""
 
-    def __init__(self, call: Callable[[], Any], out: Any, config: Mapping[str, Any], compile_s: float = 0.0,
-                 keepalive: Any = None) -> None:
+    def __init__(
+        self,
+        call: Callable[[], Any],
+        out: Any,
+        config: Mapping[str, Any],
+        compile_s: float = 0.0,
+        keepalive: Any = None,
+    ) -> None:
         self._call = call
         self._out = out
         self._keepalive = keepalive
@@ -107,13 +119,17 @@ class TorchGPUBackend(Backend):
         build = getattr(torch.version, self.flavor, None)
         if not build:
             other = "HIP" if torch.version.hip else "CUDA" if torch.version.cuda else "CPU-only"
-            return Availability(False, f"torch {torch.__version__} is a {other} build, not a {self.flavor.upper()} build")
+            return Availability(
+                False, f"torch {torch.__version__} is a {other} build, not a {self.flavor.upper()} build"
+            )
         if not torch.cuda.is_available():
-            return Availability(False, f"torch {torch.__version__} ({self.flavor} {build}) sees no GPU: "
-                                       "no device or no driver")
+            return Availability(
+                False, f"torch {torch.__version__} ({self.flavor} {build}) sees no GPU: no device or no driver"
+            )
         if missing_modules("triton"):
-            return Availability(True, "triton is not installed: Triton kernels are skipped "
-                                      f"(pip install 'hwbench[{self.name}]')")
+            return Availability(
+                True, f"triton is not installed: Triton kernels are skipped (pip install 'hwbench[{self.name}]')"
+            )
         return Availability(True)
 
     def devices(self) -> list[DeviceInfo]:
@@ -122,12 +138,22 @@ class TorchGPUBackend(Backend):
         found = []
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            found.append(DeviceInfo(
-                backend=self.name, index=index, name=props.name, vendor=self.vendor, kind="gpu",
-                arch=self.arch(index), compute_units=props.multi_processor_count, memory_bytes=props.total_memory,
-                driver=self.driver_version(), runtime=f"{self.flavor} {getattr(torch.version, self.flavor)}",
-                libraries=self.libraries(), extra=self.device_extra(index, props),
-            ))
+            found.append(
+                DeviceInfo(
+                    backend=self.name,
+                    index=index,
+                    name=props.name,
+                    vendor=self.vendor,
+                    kind="gpu",
+                    arch=self.arch(index),
+                    compute_units=props.multi_processor_count,
+                    memory_bytes=props.total_memory,
+                    driver=self.driver_version(),
+                    runtime=f"{self.flavor} {getattr(torch.version, self.flavor)}",
+                    libraries=self.libraries(),
+                    extra=self.device_extra(index, props),
+                )
+            )
         return found
 
     def arch(self, index: int) -> str:
@@ -139,8 +165,11 @@ class TorchGPUBackend(Backend):
 
     def device_extra(self, index: int, props: Any) -> dict[str, Any]:
         """Facts beyond DeviceInfo's fields (vendors add clocks and more)."""
-        return {"l2_bytes": getattr(props, "L2_cache_size", None), "warp_size": getattr(props, "warp_size", None),
-                "multi_processor_count": props.multi_processor_count}
+        return {
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            "warp_size": getattr(props, "warp_size", None),
+            "multi_processor_count": props.multi_processor_count,
+        }
 
     def driver_version(self) -> str:
         """Kernel driver version (vendor specific)."""
@@ -148,18 +177,28 @@ class TorchGPUBackend(Backend):
 
     def libraries(self) -> dict[str, str]:
         """Versions of torch, Triton and the vendor libraries."""
-        from hwbench.sysinfo import package_version
-
         import torch
 
-        return {k: v for k, v in {"torch": torch.__version__, "triton": package_version("triton"),
-                                  "llvmlite": package_version("llvmlite")}.items() if v}
+        from hwbench.sysinfo import package_version
+
+        return {
+            k: v
+            for k, v in {
+                "torch": torch.__version__,
+                "triton": package_version("triton"),
+                "llvmlite": package_version("llvmlite"),
+            }.items()
+            if v
+        }
 
     def environment(self) -> dict[str, Any]:
         from hwbench.sysinfo import package_version
 
-        env: dict[str, Any] = {"torch": package_version("torch"), "triton": package_version("triton"),
-                               "llvmlite": package_version("llvmlite")}
+        env: dict[str, Any] = {
+            "torch": package_version("torch"),
+            "triton": package_version("triton"),
+            "llvmlite": package_version("llvmlite"),
+        }
         if self.probe().ok:
             env.update(self.libraries())
             env["driver"] = self.driver_version()
@@ -169,30 +208,70 @@ class TorchGPUBackend(Backend):
     def native_impls(self, kernel: str) -> list[Implementation]:
         """The vendor's own implementations of ``kernel``, first = the porting-overhead baseline."""
         if kernel == "gemm":
-            return [Implementation("gemm", "torch_matmul", "native", self.blas_name.lower(),
-                                   f"torch.matmul on {self.blas_name}", TORCH_DTYPES)]
+            return [
+                Implementation(
+                    "gemm",
+                    "torch_matmul",
+                    "native",
+                    self.blas_name.lower(),
+                    f"torch.matmul on {self.blas_name}",
+                    TORCH_DTYPES,
+                )
+            ]
         if kernel == "attention":
-            return [Implementation("attention", "torch_sdpa", "native", "torch",
-                                   "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
-                                   ("fp16", "bf16", "fp32"))]
+            return [
+                Implementation(
+                    "attention",
+                    "torch_sdpa",
+                    "native",
+                    "torch",
+                    "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
+                    ("fp16", "bf16", "fp32"),
+                )
+            ]
         return []
 
     def implementations(self, kernel: str) -> list[Implementation]:
         if kernel == "allreduce":  # run across processes (one per GPU) by hwbench.collective, not by prepare()
-            return [Implementation("allreduce", "nccl", "native", "torch.distributed",
-                                   f"torch.distributed.all_reduce on {self.ccl_name} (the nccl backend)", ALLREDUCE_DTYPES),
-                    Implementation("allreduce", "triton_symm", "portable", "triton",
-                                   "Triton reduction over torch symmetric memory: one-shot, or reduce-scatter + "
-                                   "all-gather; signal-pad synchronisation", ALLREDUCE_DTYPES)]
+            return [
+                Implementation(
+                    "allreduce",
+                    "nccl",
+                    "native",
+                    "torch.distributed",
+                    f"torch.distributed.all_reduce on {self.ccl_name} (the nccl backend)",
+                    ALLREDUCE_DTYPES,
+                ),
+                Implementation(
+                    "allreduce",
+                    "triton_symm",
+                    "portable",
+                    "triton",
+                    "Triton reduction over torch symmetric memory: one-shot, or reduce-scatter + "
+                    "all-gather; signal-pad synchronisation",
+                    ALLREDUCE_DTYPES,
+                ),
+            ]
         if kernel not in TRITON_DTYPES:
             return []
         return self.native_impls(kernel) + [
-            Implementation(kernel, "triton", "portable", "triton",
-                           f"Triton {kernel} (kernels/{kernel}/triton.py), tuned over a small per-arch space",
-                           TRITON_DTYPES[kernel]),
-            Implementation(kernel, "llvm", "portable", "llvmlite",
-                           f"the CPU's llvmlite {kernel} lowered to {'PTX' if self.flavor == 'cuda' else 'AMDGCN'}, "
-                           "one program per GPU thread", LLVM_DTYPES),
+            Implementation(
+                kernel,
+                "triton",
+                "portable",
+                "triton",
+                f"Triton {kernel} (kernels/{kernel}/triton.py), tuned over a small per-arch space",
+                TRITON_DTYPES[kernel],
+            ),
+            Implementation(
+                kernel,
+                "llvm",
+                "portable",
+                "llvmlite",
+                f"the CPU's llvmlite {kernel} lowered to {'PTX' if self.flavor == 'cuda' else 'AMDGCN'}, "
+                "one program per GPU thread",
+                LLVM_DTYPES,
+            ),
         ]
 
     def loader_missing(self) -> str:
@@ -240,8 +319,15 @@ class TorchGPUBackend(Backend):
         return flush
 
     # -- preparing cases ------------------------------------------------------------------
-    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
-                dtype: str, device: DeviceInfo) -> Prepared:
+    def prepare(
+        self,
+        impl: Implementation,
+        kernel: Kernel,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
         import torch
 
         torch.cuda.set_device(device.index)
@@ -260,8 +346,11 @@ class TorchGPUBackend(Backend):
         _set_fp32_precision(dtype)
         if impl.name == "torch_matmul":
             out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
-            return TorchPrepared(lambda: torch.matmul(t["A"], t["B"], out=out), out,
-                                 {"library": self.blas_library(), "tf32": dtype == "tf32"})
+            return TorchPrepared(
+                lambda: torch.matmul(t["A"], t["B"], out=out),
+                out,
+                {"library": self.blas_library(), "tf32": dtype == "tf32"},
+            )
         if impl.name == "torch_sdpa":
             return _sdpa(t, bool(shape["causal"]))
         raise ValueError(f"{self.name} has no implementation {impl.name}")
@@ -283,12 +372,12 @@ class TorchGPUBackend(Backend):
         if kernel == "gemm":
             out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
             space = source.configs(device.arch, dtype)
-            make = lambda cfg: (lambda: source.launch(t["A"], t["B"], out, dtype, cfg))  # noqa: E731
+            make = lambda cfg: lambda: source.launch(t["A"], t["B"], out, dtype, cfg)  # noqa: E731
         else:
             out = torch.empty_like(t["q"])
             space = source.configs(device.arch, dtype, shape["head_dim"])
             causal = bool(shape["causal"])
-            make = lambda cfg: (lambda: source.launch(t["q"], t["k"], t["v"], out, causal, cfg))  # noqa: E731
+            make = lambda cfg: lambda: source.launch(t["q"], t["k"], t["v"], out, causal, cfg)  # noqa: E731
         start = time.perf_counter()
         best, tried = tune(space, make, EventTimer(self.event_name))
         config = {**best.as_dict(), "arch": device.arch, "tuned": tried}
@@ -315,18 +404,25 @@ class TorchGPUBackend(Backend):
             out = torch.zeros((m, n), dtype=t["A"].dtype, device=t["A"].device)
             grid = (-(-n // lim["nc"]), -(-m // lim["mc"]), 1) if m and n and k else (0, 0, 0)
             args = [(t["A"], "ptr"), (t["B"], "ptr"), (out, "ptr")] + [
-                (v, "i64") for v in (m, n, k, k, n, n, lim["mc"], lim["nc"], lim["kc"])]
+                (v, "i64") for v in (m, n, k, k, n, n, lim["mc"], lim["nc"], lim["kc"])
+            ]
             config = {**lim, **source.tile_sizes(dtype, 1)}
         else:
             sq, sk, d = shape["seq_q"], shape["seq_k"], shape["head_dim"]
             if d > source.max_head_dim(target, dtype):
-                raise ValueError(f"head_dim {d} exceeds the {source.max_head_dim(target, dtype)} that fits "
-                                 f"a GPU thread's {target.private_bytes} bytes for {dtype}")
+                raise ValueError(
+                    f"head_dim {d} exceeds the {source.max_head_dim(target, dtype)} that fits "
+                    f"a GPU thread's {target.private_bytes} bytes for {dtype}"
+                )
             out = torch.zeros_like(t["q"])
             bq = source.tile_sizes(dtype, 1)["BQ"]
             grid = (-(-sq // bq), shape["batch"] * shape["heads"], 1)
-            args = [(t[x], "ptr") for x in ("q", "k", "v")] + [(out, "ptr")] + [
-                (v, "i64") for v in (sq, sk, d, int(shape["causal"]))] + [(scalar(1.0 / np.sqrt(d)), dtype)]
+            args = (
+                [(t[x], "ptr") for x in ("q", "k", "v")]
+                + [(out, "ptr")]
+                + [(v, "i64") for v in (sq, sk, d, int(shape["causal"]))]
+                + [(scalar(1.0 / np.sqrt(d)), dtype)]
+            )
             config = {**source.tile_sizes(dtype, 1), "max_head_dim": source.max_head_dim(target, dtype)}
         blocks, threads = target.launch_grid(grid)
         full = [(v, "i64") for v in grid] + args

@@ -52,12 +52,23 @@ def empty_metrics() -> dict[str, Any]:
 def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceInfo | None) -> dict[str, Any]:
     """A record with coordinates filled and every measurement empty."""
     return {
-        "kernel": case.kernel, "impl": case.impl,
-        "impl_kind": impl.kind if impl else None, "language": impl.language if impl else None,
-        "backend": case.backend, "device": device.name if device else None, "device_index": case.device_index,
-        "dtype": case.dtype, "shape": dict(case.shape), "status": "ok", "reason": "",
-        "parity": empty_parity(), "timing": empty_timing(), "metrics": empty_metrics(),
-        "compile_s": None, "config": {}, "warnings": [],
+        "kernel": case.kernel,
+        "impl": case.impl,
+        "impl_kind": impl.kind if impl else None,
+        "language": impl.language if impl else None,
+        "backend": case.backend,
+        "device": device.name if device else None,
+        "device_index": case.device_index,
+        "dtype": case.dtype,
+        "shape": dict(case.shape),
+        "status": "ok",
+        "reason": "",
+        "parity": empty_parity(),
+        "timing": empty_timing(),
+        "metrics": empty_metrics(),
+        "compile_s": None,
+        "config": {},
+        "warnings": [],
     }
 
 
@@ -105,22 +116,36 @@ class CaseRunner:
         device = devices[case.device_index] if case.device_index < len(devices) else None
         record = base_record(case, impl, device)
         if impl is None or device is None:
-            return failed(record, "skipped", f"{case.backend} has no implementation '{case.impl}' or device {case.device_index}")
+            return failed(
+                record, "skipped", f"{case.backend} has no implementation '{case.impl}' or device {case.device_index}"
+            )
         support = backend.supports(impl, case.dtype, device)
         if not support.ok:
             return failed(record, "skipped", support.reason)
         need, free = kernel.memory_bytes(case.shape, case.dtype), memory_available()
         if free is not None and need > free:
-            return failed(record, "skipped", f"needs about {need / 2**30:.1f} GiB of host memory, "
-                                             f"{free / 2**30:.1f} GiB available")
+            return failed(
+                record,
+                "skipped",
+                f"needs about {need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB available",
+            )
         try:
             inputs, reference = self._inputs(kernel, case)
         except MemoryError:
             return failed(record, "skipped", "out of host memory building inputs and the float64 reference")
         return self._run_prepared(record, backend, kernel, impl, device, case, inputs, reference)
 
-    def _run_prepared(self, record: dict[str, Any], backend: Backend, kernel: Kernel, impl: Implementation,
-                      device: DeviceInfo, case: CaseRequest, inputs: Any, reference: Any) -> dict[str, Any]:
+    def _run_prepared(
+        self,
+        record: dict[str, Any],
+        backend: Backend,
+        kernel: Kernel,
+        impl: Implementation,
+        device: DeviceInfo,
+        case: CaseRequest,
+        inputs: Any,
+        reference: Any,
+    ) -> dict[str, Any]:
         start = time.perf_counter()
         try:
             prepared = backend.prepare(impl, kernel, inputs, case.shape, case.dtype, device)
@@ -142,17 +167,28 @@ class CaseRunner:
         if not result.passed:
             return failed(record, "parity_failed", result.reason)
         try:
-            timing = measure(prepared.run, backend.timer(device), backend.flush(device),
-                             TimingConfig(**case.timing))
+            timing = measure(prepared.run, backend.timer(device), backend.flush(device), TimingConfig(**case.timing))
         except Exception as exc:
             return failed(record, "runtime_error", f"while timing: {error_line(exc)}")
         summary = summarize(timing.samples)
         record["timing"] = {
-            "median_s": summary.median, "iqr_s": summary.iqr, "q1_s": summary.q1, "q3_s": summary.q3,
-            "mean_s": summary.mean, "std_s": summary.std, "cv": summary.cv, "min_s": summary.min,
-            "max_s": summary.max, "p99_s": summary.p99, "n": summary.n, "timer": timing.timer,
-            "resolution_s": timing.resolution_s, "flushed": timing.flushed, "warmup": timing.warmup,
-            "stopped_by": timing.stopped_by, "samples_s": timing.samples,
+            "median_s": summary.median,
+            "iqr_s": summary.iqr,
+            "q1_s": summary.q1,
+            "q3_s": summary.q3,
+            "mean_s": summary.mean,
+            "std_s": summary.std,
+            "cv": summary.cv,
+            "min_s": summary.min,
+            "max_s": summary.max,
+            "p99_s": summary.p99,
+            "n": summary.n,
+            "timer": timing.timer,
+            "resolution_s": timing.resolution_s,
+            "flushed": timing.flushed,
+            "warmup": timing.warmup,
+            "stopped_by": timing.stopped_by,
+            "samples_s": timing.samples,
         }
         record["warnings"] = stability_warnings(summary, timing.resolution_s)
         record["wall_s"] = time.perf_counter() - start

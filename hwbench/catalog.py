@@ -50,7 +50,7 @@ class Catalog:
         self.prices = prices
 
     @classmethod
-    def load(cls, user_file: Path | None = None) -> "Catalog":
+    def load(cls, user_file: Path | None = None) -> Catalog:
         """Shipped tables, then ``user_file`` (same layout: [devices.KEY] and [[prices]]) on top."""
         data = resources.files("hwbench.data")
         devices = tomllib.loads(data.joinpath("devices.toml").read_text())["devices"]
@@ -72,8 +72,9 @@ class Catalog:
         for key, entry in self.devices.items():
             for pattern in entry.get("match", []):
                 # Whole-token match: "A10" must not match "A100", nor "L4" match "L40".
-                if re.search(rf"(?<![A-Za-z0-9]){re.escape(pattern)}(?![A-Za-z0-9])", device_name, re.IGNORECASE) \
-                        and (best is None or len(pattern) > best[0]):
+                if re.search(rf"(?<![A-Za-z0-9]){re.escape(pattern)}(?![A-Za-z0-9])", device_name, re.IGNORECASE) and (
+                    best is None or len(pattern) > best[0]
+                ):
                     best = (len(pattern), key)
         return best[1] if best else None
 
@@ -88,28 +89,48 @@ class Catalog:
     def price(self, key: str | None, instance: str | None = None) -> PriceQuote | None:
         """Price per device-hour: the named instance's row, else the median on-demand offer."""
         if instance:
-            rows = [r for r in self.prices if r.get("instance") == instance
-                    and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)]
+            rows = [
+                r
+                for r in self.prices
+                if r.get("instance") == instance and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)
+            ]
             if not rows:
-                known = sorted({r["instance"] for r in self.prices
-                                if r.get("instance") and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)})
+                known = sorted(
+                    {
+                        r["instance"]
+                        for r in self.prices
+                        if r.get("instance") and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)
+                    }
+                )
                 raise UserError(f"no price for instance '{instance}' in the catalog; known: {', '.join(known)}")
             row = rows[0]
             per_device = row.get("usd_per_gpu_hour") or row["usd_per_hour"] / row.get("gpus", 1)
-            return PriceQuote(float(per_device), row.get("source", ""), str(row.get("as_of", "")),
-                              f"{row.get('provider', '?')} {instance} ({row.get('pricing', '?')})")
+            return PriceQuote(
+                float(per_device),
+                row.get("source", ""),
+                str(row.get("as_of", "")),
+                f"{row.get('provider', '?')} {instance} ({row.get('pricing', '?')})",
+            )
         if key is None:
             return None
         mine = [r for r in self.prices if r.get("device") == key and r.get("user_file") and r.get("usd_per_gpu_hour")]
-        rows = mine or [r for r in self.prices if r.get("device") == key and r.get("usd_per_gpu_hour")
-                        and str(r.get("pricing", "")).startswith("on-demand")]
+        rows = mine or [
+            r
+            for r in self.prices
+            if r.get("device") == key
+            and r.get("usd_per_gpu_hour")
+            and str(r.get("pricing", "")).startswith("on-demand")
+        ]
         if not rows:
             return None
         value = statistics.median(float(r["usd_per_gpu_hour"]) for r in rows)
         dates = sorted(str(r.get("as_of", "")) for r in rows)
         providers = ", ".join(sorted({str(r.get("provider")) for r in rows}))
-        basis = (f"median of {len(rows)} offers in {mine[0]['user_file']}" if mine
-                 else f"median of {len(rows)} on-demand offers")
+        basis = (
+            f"median of {len(rows)} offers in {mine[0]['user_file']}"
+            if mine
+            else f"median of {len(rows)} on-demand offers"
+        )
         return PriceQuote(value, f"catalog: {providers}", f"{dates[0]}..{dates[-1]}", basis)
 
 

@@ -11,8 +11,9 @@ import importlib
 import json
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from . import __version__
 from .errors import UserError
@@ -36,9 +37,13 @@ multiples of any tile size."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hwbench", description=(
-        "Run portable GEMM, attention and AllReduce kernels beside each backend's native library, "
-        "check them against float64 and write one versioned JSON results file."))
+    parser = argparse.ArgumentParser(
+        prog="hwbench",
+        description=(
+            "Run portable GEMM, attention and AllReduce kernels beside each backend's native library, "
+            "check them against float64 and write one versioned JSON results file."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"hwbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -47,32 +52,68 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="all", help="comma list of backends to probe (default: all)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per backend probe")
 
-    p = sub.add_parser("run", help="run the benchmark matrix and write a results file",
-                       epilog=SHAPE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "run",
+        help="run the benchmark matrix and write a results file",
+        epilog=SHAPE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--backend", default="all", help="comma list: cpu,opencl,cuda,rocm,... (default: all)")
-    p.add_argument("--kernel", default=None, help="comma list: gemm,attention,allreduce (default: all, "
-                   "or those named by --shape)")
+    p.add_argument(
+        "--kernel", default=None, help="comma list: gemm,attention,allreduce (default: all, or those named by --shape)"
+    )
     p.add_argument("--impl", default=None, help="comma list of implementations to run (default: all)")
     p.add_argument("--profile", choices=PROFILES, default="quick", help="shape set (default: quick)")
-    p.add_argument("--shape", action="append", default=[], metavar="KERNEL:NAME=INT,...",
-                   help="a shape of your own (see below); repeatable")
-    p.add_argument("--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16 (default: what each backend runs)")
-    p.add_argument("--device", action="append", default=[], metavar="BACKEND:INDEX",
-                   help="run only on this device (repeatable), e.g. opencl:1")
-    p.add_argument("--out", type=Path, default=None, help="results file to write (never overwritten; "
-                   "default: results/hwbench-HOST-TIME.json)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="KERNEL:NAME=INT,...",
+        help="a shape of your own (see below); repeatable",
+    )
+    p.add_argument(
+        "--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16 (default: what each backend runs)"
+    )
+    p.add_argument(
+        "--device",
+        action="append",
+        default=[],
+        metavar="BACKEND:INDEX",
+        help="run only on this device (repeatable), e.g. opencl:1",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file to write (never overwritten; default: results/hwbench-HOST-TIME.json)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     p.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")
     p.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)")
-    p.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
-                   help="rental price of one device in USD/hour (default: the catalog's, where it has one)")
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="rental price of one device in USD/hour (default: the catalog's, where it has one)",
+    )
     p.add_argument("--instance", default=None, help="price the run as this catalog instance type, e.g. c7a.xlarge")
-    p.add_argument("--catalog", type=Path, default=None, help="TOML catalog of your own ([devices.KEY] peaks, "
-                   "[[prices]]) over the shipped one; every entry needs source and as_of")
+    p.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="TOML catalog of your own ([devices.KEY] peaks, "
+        "[[prices]]) over the shipped one; every entry needs source and as_of",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--ranks", type=int, default=None, help="AllReduce: spawn this many local ranks (default: each "
-                   "shape's ranks; under torchrun every rank joins and rank 0 writes the file)")
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help="AllReduce: spawn this many local ranks (default: each "
+        "shape's ranks; under torchrun every rank joins and rank 0 writes the file)",
+    )
 
     p = sub.add_parser("show", help="print a results file as a table")
     p.add_argument("file", type=Path)
@@ -83,8 +124,14 @@ def _parser() -> argparse.ArgumentParser:
 
     for name, module in MODULE_COMMANDS.items():
         command = importlib.import_module(module)
-        command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.__doc__,
-                                             formatter_class=argparse.RawDescriptionHelpFormatter))
+        command.add_arguments(
+            sub.add_parser(
+                name,
+                help=command.HELP,
+                description=command.__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
     return parser
 
 
@@ -117,9 +164,11 @@ def _check_memory(shapes: dict[str, list[dict[str, int]]], dtypes: list[str] | N
             for dtype in dtypes or ["fp64"]:  # unspecified: check the widest the CPU runs
                 need = kernel.memory_bytes(shape, dtype)
                 if need > free:
-                    raise UserError(f"shape {name}:{kernel.describe_shape(shape)} ({dtype}) needs about "
-                                    f"{need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB is available: "
-                                    "choose a smaller shape")
+                    raise UserError(
+                        f"shape {name}:{kernel.describe_shape(shape)} ({dtype}) needs about "
+                        f"{need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB is available: "
+                        "choose a smaller shape"
+                    )
 
 
 def _devices(values: list[str], backends: list[str]) -> dict[str, list[int]] | None:
@@ -140,10 +189,16 @@ def _price(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.price_per_hour is not None and args.instance:
         raise UserError("give either --price-per-hour or --instance, not both")
     catalog = Catalog.load(args.catalog)  # a bad --catalog file fails before the run, not after
-    quote = user_price(args.price_per_hour) if args.price_per_hour is not None else (
-        catalog.price(None, args.instance) if args.instance else None)
-    return None if quote is None else {"usd_per_hour": quote.usd_per_hour, "source": quote.source,
-                                       "as_of": quote.as_of, "basis": quote.basis}
+    quote = (
+        user_price(args.price_per_hour)
+        if args.price_per_hour is not None
+        else (catalog.price(None, args.instance) if args.instance else None)
+    )
+    return (
+        None
+        if quote is None
+        else {"usd_per_hour": quote.usd_per_hour, "source": quote.source, "as_of": quote.as_of, "basis": quote.basis}
+    )
 
 
 def _default_out() -> Path:
@@ -153,11 +208,10 @@ def _default_out() -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from . import results
+    from .collective.cli_hooks import follow_if_joined, set_ranks
     from .display import ProgressLine, summary
     from .runner import Plan, execute
     from .timing import TimingConfig
-
-    from .collective.cli_hooks import follow_if_joined, set_ranks
 
     joined = follow_if_joined(args)
     if joined is not None:
@@ -179,10 +233,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists():
         raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")
     plan = Plan(
-        backends=backends, kernels=kernels, profile=args.profile,
-        dtypes=dtypes, impls=[i.strip() for i in args.impl.split(",")] if args.impl else None,
-        devices=_devices(args.device, backends), seed=args.seed,
-        timeout_s=_positive(args.timeout, "--timeout"), timing=timing, price=_price(args),
+        backends=backends,
+        kernels=kernels,
+        profile=args.profile,
+        dtypes=dtypes,
+        impls=[i.strip() for i in args.impl.split(",")] if args.impl else None,
+        devices=_devices(args.device, backends),
+        seed=args.seed,
+        timeout_s=_positive(args.timeout, "--timeout"),
+        timing=timing,
+        price=_price(args),
         command=["hwbench", *sys.argv[1:]],
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
@@ -226,14 +286,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         for d in b.get("devices", []):
             peak = (d.get("peak") or {}).get("tflops", {})
             peaks = ", ".join(f"{k} {v * 1000:.0f} GFLOPS" for k, v in peak.items())
-            print(f"    {d['backend']}:{d['index']}  {d['name']} ({d['vendor']}, {d['arch']})" + (f"  peak {peaks}" if peaks else ""))
+            print(
+                f"    {d['backend']}:{d['index']}  {d['name']} ({d['vendor']}, {d['arch']})"
+                + (f"  peak {peaks}" if peaks else "")
+            )
     print("Kernels")
     for k in kernels:
         print(f"  {k['name']:<10} {k['description']}; dtypes {', '.join(k['dtypes'])}")
         for b in backends:
             for impl in b.get("implementations", {}).get(k["name"], []):
-                print(f"    {b['name'] + '/' + impl['name']:<20} {impl['kind']:<8} {impl['language']:<17} "
-                      f"{', '.join(impl['dtypes'])}  {impl['description']}")
+                print(
+                    f"    {b['name'] + '/' + impl['name']:<20} {impl['kind']:<8} {impl['language']:<17} "
+                    f"{', '.join(impl['dtypes'])}  {impl['description']}"
+                )
     return 0
 
 

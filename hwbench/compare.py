@@ -55,14 +55,26 @@ def parse_fail_on(text: str) -> Threshold:
 
 def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two records the same case."""
-    return (record["kernel"], record["impl"], record["backend"], record.get("device"), record.get("dtype"),
-            tuple(sorted(record["shape"].items())))
+    return (
+        record["kernel"],
+        record["impl"],
+        record["backend"],
+        record.get("device"),
+        record.get("dtype"),
+        tuple(sorted(record["shape"].items())),
+    )
 
 
 def coordinates(record: dict[str, Any]) -> dict[str, Any]:
     """A case's coordinates as JSON (the shape in the record's own order)."""
-    return {"kernel": record["kernel"], "impl": record["impl"], "backend": record["backend"],
-            "device": record.get("device"), "dtype": record.get("dtype"), "shape": dict(record["shape"])}
+    return {
+        "kernel": record["kernel"],
+        "impl": record["impl"],
+        "backend": record["backend"],
+        "device": record.get("device"),
+        "dtype": record.get("dtype"),
+        "shape": dict(record["shape"]),
+    }
 
 
 def _index(loaded: Loaded, warnings: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -115,33 +127,43 @@ def environment_warnings(base: Loaded, new: Loaded) -> list[str]:
     """One line each when the hosts, the software stacks or the settings differ."""
     lines = []
     sections = {
-        "hosts": lambda d: {k: v for k, v in _flatten(d["host"]).items() if k in ("hostname", "cpu.model", "cpu.cores")},
-        "software stacks": lambda d: {**_flatten(d["software"]),
-                                      **{f"{b['name']}.{k}": v for b in d["backends"]
-                                         for k, v in _flatten(b.get("environment") or {}).items()}},
+        "hosts": lambda d: {
+            k: v for k, v in _flatten(d["host"]).items() if k in ("hostname", "cpu.model", "cpu.cores")
+        },
+        "software stacks": lambda d: {
+            **_flatten(d["software"]),
+            **{f"{b['name']}.{k}": v for b in d["backends"] for k, v in _flatten(b.get("environment") or {}).items()},
+        },
         "settings": lambda d: _flatten(d.get("settings") or {}),
     }
     for what, pick in sections.items():
         a, b = pick(base.doc), pick(new.doc)
-        diffs = [f"{k} {a.get(k, '(none)')} -> {b.get(k, '(none)')}" for k in sorted(set(a) | set(b))
-                 if a.get(k) != b.get(k)]
+        diffs = [
+            f"{k} {a.get(k, '(none)')} -> {b.get(k, '(none)')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+        ]
         if diffs:
             more = f" (and {len(diffs) - 6} more)" if len(diffs) > 6 else ""
             lines.append(f"{what} differ: " + "; ".join(d[:160] for d in diffs[:6]) + more)
     return lines
 
 
-def compare_case(base: dict[str, Any], new: dict[str, Any], alpha: float, noise: float,
-                 thresholds: list[Threshold]) -> dict[str, Any]:
+def compare_case(
+    base: dict[str, Any], new: dict[str, Any], alpha: float, noise: float, thresholds: list[Threshold]
+) -> dict[str, Any]:
     """The verdict on one matched case."""
     out: dict[str, Any] = {
         "base": {"status": base["status"], "median_s": statistic(base, "median"), "n": base["timing"].get("n", 0)},
         "new": {"status": new["status"], "median_s": statistic(new, "median"), "n": new["timing"].get("n", 0)},
-        "change": None, "p": None, "test": None, "verdict": "", "regression": False,
+        "change": None,
+        "p": None,
+        "test": None,
+        "verdict": "",
+        "regression": False,
     }
     if base["status"] != "ok" or new["status"] != "ok":
         out["verdict"] = {(True, False): "broken", (False, True): "fixed"}.get(
-            (base["status"] == "ok", new["status"] == "ok"), "not ok on either side")
+            (base["status"] == "ok", new["status"] == "ok"), "not ok on either side"
+        )
         out["reason"] = new["reason"] if new["status"] != "ok" else base["reason"]
         out["regression"] = out["verdict"] == "broken" and bool(thresholds)
         return out
@@ -165,13 +187,15 @@ def compare_case(base: dict[str, Any], new: dict[str, Any], alpha: float, noise:
         before, after = statistic(base, threshold.stat), statistic(new, threshold.stat)
         if significant and before and after is not None and after / before - 1.0 > threshold.fraction:
             out["regression"] = True
-            out.setdefault("regressed_by", []).append(f"{threshold.stat} +{(after / before - 1.0) * 100:.1f}% "
-                                                      f"> {threshold.fraction * 100:g}%")
+            out.setdefault("regressed_by", []).append(
+                f"{threshold.stat} +{(after / before - 1.0) * 100:.1f}% > {threshold.fraction * 100:g}%"
+            )
     return out
 
 
-def compare(base: Loaded, new: Loaded, alpha: float = 0.05, noise: float = 0.02,
-            thresholds: list[Threshold] | None = None) -> dict[str, Any]:
+def compare(
+    base: Loaded, new: Loaded, alpha: float = 0.05, noise: float = 0.02, thresholds: list[Threshold] | None = None
+) -> dict[str, Any]:
     """The comparison document of two results files."""
     if not (0 < alpha < 1) or not math.isfinite(noise) or noise < 0:
         raise UserError(f"--alpha must lie in (0, 1) and --noise be >= 0, got {alpha} and {noise}")
@@ -183,8 +207,14 @@ def compare(base: Loaded, new: Loaded, alpha: float = 0.05, noise: float = 0.02,
         cases.append({**coordinates(a[key]), **compare_case(a[key], b[key], alpha, noise, thresholds)})
     verdicts = [c["verdict"] for c in cases]
     return {
-        "kind": "hwbench-compare", "base": str(base.path), "new": str(new.path), "alpha": alpha, "noise": noise,
-        "fail_on": [str(t) for t in thresholds], "warnings": warnings, "cases": cases,
+        "kind": "hwbench-compare",
+        "base": str(base.path),
+        "new": str(new.path),
+        "alpha": alpha,
+        "noise": noise,
+        "fail_on": [str(t) for t in thresholds],
+        "warnings": warnings,
+        "cases": cases,
         "only_base": [coordinates(r) for k, r in a.items() if k not in b],
         "only_new": [coordinates(r) for k, r in b.items() if k not in a],
         "summary": {v: verdicts.count(v) for v in dict.fromkeys(verdicts)},

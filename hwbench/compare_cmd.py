@@ -28,9 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench compare``."""
     parser.add_argument("base", type=Path, help="results file of the baseline")
     parser.add_argument("new", type=Path, help="results file to judge against it")
-    parser.add_argument("--fail-on", action="append", default=[], metavar="STAT:N%",
-                        help="exit 1 when a case regresses by more than N%% on STAT (median, mean, min), "
-                             "or breaks; e.g. median:5%%")
+    parser.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="STAT:N%",
+        help="exit 1 when a case regresses by more than N%% on STAT (median, mean, min), or breaks; e.g. median:5%%",
+    )
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
     parser.add_argument("--noise", default="2%", help="median changes up to this are 'same' (default 2%%)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of the table")
@@ -44,8 +48,18 @@ def _row(case: dict[str, Any]) -> tuple[str, ...]:
     change = "-" if case["change"] is None else f"{case['change']:+.1%}"
     p = "-" if case["p"] is None else f"{case['p']:.2g}"
     verdict = case["verdict"] + (" REGRESSION" if case["regression"] else "")
-    return (case["backend"], case["kernel"], case["impl"], case["dtype"] or "-", _shape(case["shape"]),
-            seconds(case["base"]["median_s"]), seconds(case["new"]["median_s"]), change, p, verdict)
+    return (
+        case["backend"],
+        case["kernel"],
+        case["impl"],
+        case["dtype"] or "-",
+        _shape(case["shape"]),
+        seconds(case["base"]["median_s"]),
+        seconds(case["new"]["median_s"]),
+        change,
+        p,
+        verdict,
+    )
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -56,12 +70,16 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["", table((_row(c) for c in doc["cases"]), headers) if doc["cases"] else "no case in common"]
     for case in doc["cases"]:
         if case.get("reason"):
-            lines.append(f"{case['verdict']}: {case['backend']} {case['kernel']} {case['impl']} "
-                         f"{_shape(case['shape'])}: {case['reason']}")
+            lines.append(
+                f"{case['verdict']}: {case['backend']} {case['kernel']} {case['impl']} "
+                f"{_shape(case['shape'])}: {case['reason']}"
+            )
     for side in ("only_base", "only_new"):
         for key in doc[side]:
-            lines.append(f"only in {side[5:]}: {key['backend']} {key['kernel']} {key['impl']} "
-                         f"{key['dtype'] or '-'} {_shape(key['shape'])} ({key['device']})")
+            lines.append(
+                f"only in {side[5:]}: {key['backend']} {key['kernel']} {key['impl']} "
+                f"{key['dtype'] or '-'} {_shape(key['shape'])} ({key['device']})"
+            )
     summary = ", ".join(f"{n} {v}" for v, n in doc["summary"].items()) or "nothing matched"
     lines.append(f"\n{summary}; slower/faster need p < {doc['alpha']:g} and a median change > {doc['noise']:.0%}")
     if doc["fail_on"]:

@@ -44,13 +44,20 @@ _ARCH = re.compile(r"^(sm_\d{2,3}a?|gfx[0-9a-f]{3,4})$")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench compile``."""
-    parser.add_argument("--target", default="sm_90,gfx942",
-                        help="comma list of architectures: sm_NN (NVIDIA), gfxNNN (AMD), or 'local' for this "
-                             "machine's GPU (default: sm_90,gfx942)")
+    parser.add_argument(
+        "--target",
+        default="sm_90,gfx942",
+        help="comma list of architectures: sm_NN (NVIDIA), gfxNNN (AMD), or 'local' for this "
+        "machine's GPU (default: sm_90,gfx942)",
+    )
     parser.add_argument("--kernel", default=None, help="comma list: gemm,attention (default: both)")
     parser.add_argument("--impl", default=None, help="comma list: triton,llvm (default: both)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results file to write (never overwritten; default: results/hwbench-compile-HOST-TIME.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file to write (never overwritten; default: results/hwbench-compile-HOST-TIME.json)",
+    )
     parser.add_argument("--jobs", type=int, default=0, help="parallel compiler processes (default: cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -60,8 +67,9 @@ def local_arch() -> str:
     try:
         import torch
     except ImportError:
-        raise UserError("--target local needs torch with CUDA or ROCm to find the GPU; name the target "
-                        "instead, e.g. --target sm_90") from None
+        raise UserError(
+            "--target local needs torch with CUDA or ROCm to find the GPU; name the target instead, e.g. --target sm_90"
+        ) from None
     if not torch.cuda.is_available():
         raise UserError("--target local: torch sees no GPU here; name the target instead, e.g. --target sm_90")
     props = torch.cuda.get_device_properties(0)
@@ -78,8 +86,9 @@ def parse_targets(text: str) -> list[str]:
     for name in names:
         name = local_arch() if name == "local" else name
         if not _ARCH.match(name):
-            raise UserError(f"unknown --target '{name}': use sm_NN for NVIDIA (sm_80, sm_90) or gfxNNN for AMD "
-                            "(gfx90a, gfx942)")
+            raise UserError(
+                f"unknown --target '{name}': use sm_NN for NVIDIA (sm_80, sm_90) or gfxNNN for AMD (gfx90a, gfx942)"
+            )
         out.append(name)
     return list(dict.fromkeys(out))
 
@@ -138,8 +147,10 @@ def run_jobs(jobs: list[dict[str, Any]], workers: int, progress: bool = False) -
                     done[i] = [_crashed(jobs[i], f"{type(exc).__name__}: {exc}")]
                 if progress and i in done:
                     for r in done[i]:
-                        print(f"  {r['target']:<7} {r['kernel']:<9} {r['impl']:<6} {r['variant']:<28} {r['status']}",
-                              file=sys.stderr)
+                        print(
+                            f"  {r['target']:<7} {r['kernel']:<9} {r['impl']:<6} {r['variant']:<28} {r['status']}",
+                            file=sys.stderr,
+                        )
         broken.sort()
         if broken and workers == 1:
             done[broken[0]] = [_crashed(jobs[broken[0]], "the compiler process died (signal or abort)")]
@@ -156,12 +167,25 @@ def _document(records: list[dict[str, Any]], started: str, command: list[str]) -
     software = dict(host["software"])
     software.update({"triton": package_version("triton"), "llvmlite": package_version("llvmlite")})
     return {
-        "schema_version": SCHEMA_VERSION, "kind": KIND,
-        "run": {"id": uuid.uuid4().hex, "started": started,
-                "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "incomplete": False, "command": command, "profile": None, "seed": 0, "hwbench": hwbench_info()},
-        "host": host["host"], "software": software, "settings": host["settings"], "warnings": host["warnings"],
-        "backends": [], "records": [], "compile": records,
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run": {
+            "id": uuid.uuid4().hex,
+            "started": started,
+            "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "incomplete": False,
+            "command": command,
+            "profile": None,
+            "seed": 0,
+            "hwbench": hwbench_info(),
+        },
+        "host": host["host"],
+        "software": software,
+        "settings": host["settings"],
+        "warnings": host["warnings"],
+        "backends": [],
+        "records": [],
+        "compile": records,
     }
 
 

@@ -24,12 +24,29 @@ _PTXAS_TIMEOUT_S = 300
 def base_record(kernel: str, impl: str, arch: str, variant: str, dtype: str | None) -> dict[str, Any]:
     """A compile record with its coordinates and every measurement empty."""
     return {
-        "kernel": kernel, "impl": impl, "language": "triton" if impl == "triton" else "llvmlite",
-        "target": arch, "vendor": "nvidia" if arch.startswith("sm_") else "amd", "variant": variant,
-        "dtype": dtype, "status": "ok", "reason": "", "config": {}, "registers": None, "sgprs": None,
-        "agprs": None, "spill_stores_bytes": None, "spill_loads_bytes": None, "vgpr_spills": None,
-        "sgpr_spills": None, "spilled": None, "shared_bytes": None, "private_bytes": None,
-        "tensor_core": {"mma": 0, "wgmma": 0, "mfma": 0}, "compile_s": None, "assembler": None,
+        "kernel": kernel,
+        "impl": impl,
+        "language": "triton" if impl == "triton" else "llvmlite",
+        "target": arch,
+        "vendor": "nvidia" if arch.startswith("sm_") else "amd",
+        "variant": variant,
+        "dtype": dtype,
+        "status": "ok",
+        "reason": "",
+        "config": {},
+        "registers": None,
+        "sgprs": None,
+        "agprs": None,
+        "spill_stores_bytes": None,
+        "spill_loads_bytes": None,
+        "vgpr_spills": None,
+        "sgpr_spills": None,
+        "spilled": None,
+        "shared_bytes": None,
+        "private_bytes": None,
+        "tensor_core": {"mma": 0, "wgmma": 0, "mfma": 0},
+        "compile_s": None,
+        "assembler": None,
     }
 
 
@@ -70,8 +87,12 @@ def ptxas_stats(ptx: str, ptxas: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hwbench-ptxas-") as tmp:
         src = Path(tmp, "k.ptx")
         src.write_text(ptx)
-        proc = subprocess.run([ptxas, "-v", f"-arch={arch}", str(src), "-o", str(Path(tmp, "k.cubin"))],
-                              capture_output=True, text=True, timeout=_PTXAS_TIMEOUT_S)
+        proc = subprocess.run(
+            [ptxas, "-v", f"-arch={arch}", str(src), "-o", str(Path(tmp, "k.cubin"))],
+            capture_output=True,
+            text=True,
+            timeout=_PTXAS_TIMEOUT_S,
+        )
     log = proc.stderr + proc.stdout
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas -arch={arch} failed: {log.strip()}")
@@ -79,8 +100,11 @@ def ptxas_stats(ptx: str, ptxas: str) -> dict[str, Any]:
     num = lambda pattern: int(m.group(1)) if (m := re.search(pattern, log)) else None  # noqa: E731
     stores, loads = num(r"(\d+) bytes spill stores"), num(r"(\d+) bytes spill loads")
     return {
-        "registers": num(r"Used (\d+) registers"), "spill_stores_bytes": stores, "spill_loads_bytes": loads,
-        "spilled": bool(stores or loads), "private_bytes": num(r"(\d+) bytes stack frame"),
+        "registers": num(r"Used (\d+) registers"),
+        "spill_stores_bytes": stores,
+        "spill_loads_bytes": loads,
+        "spilled": bool(stores or loads),
+        "private_bytes": num(r"(\d+) bytes stack frame"),
         "shared_bytes": num(r"(\d+) bytes smem") or 0,
         "assembler": {"tool": "ptxas", "arch": arch, "version": version[-1] if version else "", "path": ptxas},
     }
@@ -88,16 +112,22 @@ def ptxas_stats(ptx: str, ptxas: str) -> dict[str, Any]:
 
 def amdgcn_stats(assembly: str) -> dict[str, Any]:
     """Registers, spills, LDS and scratch from the code object metadata in AMDGCN assembly."""
+
     def num(key: str) -> int | None:
         m = re.search(rf"^\s*(?:-\s*)?\.{key}:\s*(\d+)", assembly, re.M)  # the first key follows "- "
         return int(m.group(1)) if m else None
 
     vspill, sspill = num("vgpr_spill_count"), num("sgpr_spill_count")
     return {
-        "registers": num("vgpr_count"), "sgprs": num("sgpr_count"), "agprs": num("agpr_count"),
+        "registers": num("vgpr_count"),
+        "sgprs": num("sgpr_count"),
+        "agprs": num("agpr_count"),
         # SGPR spills land in spare VGPR lanes; only VGPR spills go to scratch memory.
-        "vgpr_spills": vspill, "sgpr_spills": sspill, "spilled": bool(vspill),
-        "shared_bytes": num("group_segment_fixed_size"), "private_bytes": num("private_segment_fixed_size"),
+        "vgpr_spills": vspill,
+        "sgpr_spills": sspill,
+        "spilled": bool(vspill),
+        "shared_bytes": num("group_segment_fixed_size"),
+        "private_bytes": num("private_segment_fixed_size"),
         "assembler": {"tool": "llvm amdgcn", "arch": None, "version": "", "path": None},
     }
 
@@ -140,8 +170,9 @@ def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
             continue
         t0 = time.perf_counter()
         try:
-            compiled = triton.compile(ASTSource(v["fn"], v["signature"], v["constexprs"]), target=target,
-                                      options=dict(v["options"]))
+            compiled = triton.compile(
+                ASTSource(v["fn"], v["signature"], v["constexprs"]), target=target, options=dict(v["options"])
+            )
             record["compile_s"] = time.perf_counter() - t0
             record.update(_stats(compiled.asm, arch, prefer_triton=True))
             record["shared_bytes"] = max(record["shared_bytes"] or 0, int(compiled.metadata.shared or 0))
@@ -167,8 +198,11 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
     source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
     target = target_for(arch)
     record = base_record(kernel, "llvm", arch, f"{kernel}_{dtype}", dtype)
-    record["config"] = {**source.tile_sizes(dtype, target.vector_width(dtype)),
-                        "threads_per_block": target.threads_per_block, "private_budget_bytes": target.private_bytes}
+    record["config"] = {
+        **source.tile_sizes(dtype, target.vector_width(dtype)),
+        "threads_per_block": target.threads_per_block,
+        "private_budget_bytes": target.private_bytes,
+    }
     t0 = time.perf_counter()
     try:
         binary = compile_module(source.build(target, dtype), target, source.KERNEL)
@@ -182,14 +216,18 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
 
 def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     """One line per record: status, registers, spills, shared memory, tensor-core instructions."""
-    lines = [f"{'target':<7} {'impl':<6} {'variant':<28} {'status':<13} {'regs':>5} {'spills':>6} "
-             f"{'smem':>7} {'tc':>5} {'s':>6}"]
+    lines = [
+        f"{'target':<7} {'impl':<6} {'variant':<28} {'status':<13} {'regs':>5} {'spills':>6} "
+        f"{'smem':>7} {'tc':>5} {'s':>6}"
+    ]
     for r in records:
         tc = sum(r["tensor_core"].values())
         spills = "-" if r["spilled"] is None else ("yes" if r["spilled"] else "no")
         regs = "-" if r["registers"] is None else str(r["registers"])
         smem = "-" if r["shared_bytes"] is None else str(r["shared_bytes"])
         secs = "-" if r["compile_s"] is None else f"{r['compile_s']:.2f}"
-        lines.append(f"{r['target']:<7} {r['impl']:<6} {r['variant']:<28} {r['status']:<13} {regs:>5} {spills:>6} "
-                     f"{smem:>7} {tc:>5} {secs:>6}" + (f"  {r['reason'][:100]}" if r["reason"] else ""))
+        lines.append(
+            f"{r['target']:<7} {r['impl']:<6} {r['variant']:<28} {r['status']:<13} {regs:>5} {spills:>6} "
+            f"{smem:>7} {tc:>5} {secs:>6}" + (f"  {r['reason'][:100]}" if r["reason"] else "")
+        )
     return lines

@@ -15,8 +15,13 @@ def _devices(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def _twin_key(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (record["backend"], record.get("device_index"), record["kernel"], record["dtype"],
-            tuple(sorted(record["shape"].items())))
+    return (
+        record["backend"],
+        record.get("device_index"),
+        record["kernel"],
+        record["dtype"],
+        tuple(sorted(record["shape"].items())),
+    )
 
 
 def _peak(device: dict[str, Any] | None, dtype: str, catalog: Catalog) -> tuple[float | None, str | None]:
@@ -50,8 +55,9 @@ def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, A
     return natives
 
 
-def _host_native(natives: dict[tuple[Any, ...], dict[str, Any]], record: dict[str, Any],
-                 device: dict[str, Any] | None) -> dict[str, Any] | None:
+def _host_native(
+    natives: dict[tuple[Any, ...], dict[str, Any]], record: dict[str, Any], device: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """The cpu backend's native twin of a record whose device is the host CPU (e.g. PoCL), if any."""
     if record["backend"] == "cpu" or device is None or not (device.get("extra") or {}).get("host_cpu"):
         return None
@@ -73,16 +79,20 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
         peak, peak_source = _peak(device, record["dtype"], catalog)
         quote = _price(doc, device, catalog)
         out = record["metrics"]
-        out.update({
-            "tflops": achieved,
-            "gbps": metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median),
-            "pct_peak": metrics.pct_of_peak(achieved, peak),
-            "peak_tflops": peak, "peak_source": peak_source,
-            "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote.usd_per_hour if quote else None),
-            "usd_per_hour": quote.usd_per_hour if quote else None,
-            "price_source": f"{quote.basis}; {quote.source}; as of {quote.as_of}" if quote else None,
-            "native_impl": None, "porting_overhead": None,
-        })
+        out.update(
+            {
+                "tflops": achieved,
+                "gbps": metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median),
+                "pct_peak": metrics.pct_of_peak(achieved, peak),
+                "peak_tflops": peak,
+                "peak_source": peak_source,
+                "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote.usd_per_hour if quote else None),
+                "usd_per_hour": quote.usd_per_hour if quote else None,
+                "price_source": f"{quote.basis}; {quote.source}; as of {quote.as_of}" if quote else None,
+                "native_impl": None,
+                "porting_overhead": None,
+            }
+        )
         native = natives.get(_twin_key(record))
         if record.get("impl_kind") == "portable" and native is not None:
             out["native_impl"] = native["impl"]
@@ -93,7 +103,13 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
             out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
         if hasattr(kernel, "bus_factor"):
             # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
-            out.update(collective.bandwidths(record, kernel), tflops=None, pct_peak=None, peak_tflops=None,
-                       peak_source=None, tflops_per_usd_hour=None)
+            out.update(
+                collective.bandwidths(record, kernel),
+                tflops=None,
+                pct_peak=None,
+                peak_tflops=None,
+                peak_source=None,
+                tflops_per_usd_hour=None,
+            )
     collective.per_native_overheads(doc["records"])
     collective.summarize(doc)

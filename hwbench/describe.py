@@ -17,8 +17,11 @@ def device_dict(device: DeviceInfo) -> dict[str, Any]:
     data["libraries"] = dict(device.libraries)
     data["extra"] = dict(device.extra)
     if device.peak is not None:
-        data["peak"] = {"tflops": dict(device.peak.tflops), "method": device.peak.method,
-                        "mem_gbps": device.peak.mem_gbps}
+        data["peak"] = {
+            "tflops": dict(device.peak.tflops),
+            "method": device.peak.method,
+            "mem_gbps": device.peak.mem_gbps,
+        }
     return data
 
 
@@ -32,8 +35,15 @@ def impl_dict(impl: Implementation) -> dict[str, Any]:
 def describe_backend(name: str) -> dict[str, Any]:
     """Availability, devices, software and implementations of one backend; never raises."""
     backend = get_backend(name)
-    answer: dict[str, Any] = {"name": name, "description": backend.description, "available": False,
-                              "reason": "", "devices": [], "environment": {}, "implementations": {}}
+    answer: dict[str, Any] = {
+        "name": name,
+        "description": backend.description,
+        "available": False,
+        "reason": "",
+        "devices": [],
+        "environment": {},
+        "implementations": {},
+    }
     for kernel in kernel_targets():
         answer["implementations"][kernel] = [impl_dict(i) for i in backend.implementations(kernel)]
     availability = backend.probe()
@@ -53,5 +63,4 @@ def describe_backend(name: str) -> dict[str, Any]:
 def describe_host() -> dict[str, Any]:
     """Host, software stack and settings, with warnings for number-changing settings."""
     values = settings()
-    return {"host": host_info(), "software": software_info(), "settings": values,
-            "warnings": settings_warnings(values)}
+    return {"host": host_info(), "software": software_info(), "settings": values, "warnings": settings_warnings(values)}

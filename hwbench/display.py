@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from .case import CaseRequest
 
-HEADERS = ("backend", "kernel", "impl", "dtype", "shape", "status", "median", "TFLOPS", "GB/s", "% peak", "overhead",
-           "parity")
+HEADERS = (
+    "backend",
+    "kernel",
+    "impl",
+    "dtype",
+    "shape",
+    "status",
+    "median",
+    "TFLOPS",
+    "GB/s",
+    "% peak",
+    "overhead",
+    "parity",
+)
 
 
 #: Short names for the table (the results file keeps the full ones).
@@ -52,10 +65,18 @@ def row(record: dict[str, Any]) -> tuple[str, ...]:
     m, t = record["metrics"], record["timing"]
     overhead = m.get("porting_overhead")
     return (
-        record["backend"], record["kernel"], record["impl"], record.get("dtype") or "-", _shape(record["shape"]),
-        record["status"], seconds(t.get("median_s")) + ("~" if _noisy(record) else ""), _num(m.get("tflops"), ".4g"),
-        _num(m.get("busbw_gbps", m.get("gbps")), ".4g"), _num(m.get("pct_peak"), ".1f"),
-        "-" if overhead is None else f"{overhead:+.0%}", _parity(record["parity"]),
+        record["backend"],
+        record["kernel"],
+        record["impl"],
+        record.get("dtype") or "-",
+        _shape(record["shape"]),
+        record["status"],
+        seconds(t.get("median_s")) + ("~" if _noisy(record) else ""),
+        _num(m.get("tflops"), ".4g"),
+        _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
+        _num(m.get("pct_peak"), ".1f"),
+        "-" if overhead is None else f"{overhead:+.0%}",
+        _parity(record["parity"]),
     )
 
 
@@ -66,7 +87,9 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     right = {"median", "TFLOPS", "GB/s", "% peak", "overhead"}
     lines = []
     for n, r in enumerate(rows):
-        cells = [c.rjust(w) if headers[i] in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        cells = [
+            c.rjust(w) if headers[i] in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))
+        ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -77,13 +100,21 @@ def summary(doc: dict[str, Any]) -> str:
     """Header, results table and the reasons behind every record that is not ok."""
     host, run = doc["host"], doc["run"]
     blas = [b for b in doc.get("software", {}).get("blas", []) if "internal_api" in b]
-    lines = [f"hwbench {run['hwbench']['version']}  run {run['id'][:8]}  {run['started']}"
-             + ("  (INCOMPLETE)" if run.get("incomplete") else ""),
-             f"host {host['hostname']}: {host['cpu']['model']}, {host['cpu']['cores']} cores"]
+    lines = [
+        f"hwbench {run['hwbench']['version']}  run {run['id'][:8]}  {run['started']}"
+        + ("  (INCOMPLETE)" if run.get("incomplete") else ""),
+        f"host {host['hostname']}: {host['cpu']['model']}, {host['cpu']['cores']} cores",
+    ]
     if blas:
-        lines.append("BLAS " + ", ".join(f"{b['internal_api']} {b['version']} ({b.get('architecture')} kernel)" for b in blas))
+        lines.append(
+            "BLAS " + ", ".join(f"{b['internal_api']} {b['version']} ({b.get('architecture')} kernel)" for b in blas)
+        )
     for backend in doc.get("backends", []):
-        state = ", ".join(d["name"] for d in backend["devices"]) if backend["available"] else f"unavailable: {backend['reason']}"
+        state = (
+            ", ".join(d["name"] for d in backend["devices"])
+            if backend["available"]
+            else f"unavailable: {backend['reason']}"
+        )
         lines.append(f"backend {backend['name']}: {state}")
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     records = doc["records"]
@@ -101,14 +132,17 @@ def _notes(records: list[dict[str, Any]]) -> list[str]:
     grouped: dict[tuple[str, str, str], list[str]] = {}
     lines = []
     for r in records:
-        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace("  ", " ")
+        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace(
+            "  ", " "
+        )
         if r["impl"] == "*":
             grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
         elif r["status"] != "ok":
             lines.append(f"{r['status']}: {what}: {r['reason']}")
         lines += [f"note: {what}: {w}" for w in r.get("warnings", []) if not w.startswith("noisy")]
-    lines = [f"{status}: {backend} {', '.join(kernels)}: {reason}"
-             for (status, backend, reason), kernels in grouped.items()] + lines
+    lines = [
+        f"{status}: {backend} {', '.join(kernels)}: {reason}" for (status, backend, reason), kernels in grouped.items()
+    ] + lines
     noisy = sum(_noisy(r) for r in records)
     if noisy:
         lines.append(f"~ after a median: noisy, CV above 10 % ({noisy} records; each record's warnings give the CV)")

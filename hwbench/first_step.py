@@ -45,10 +45,19 @@ def _step(request: dict[str, Any], answer: dict[str, Any]) -> None:
     output = prepared.result()  # brings the result to the host: the step is finished
     answer["t_first_step"] = time.monotonic()
     check = parity.check(output, kernel.reference(inputs, shape), kernel.tolerance(dtype, shape))
-    answer["parity"] = {"max_abs_err": check.max_abs_err, "max_rel_err": check.max_rel_err, "atol": check.atol,
-                        "rtol": check.rtol, "mismatches": check.mismatches, "passed": check.passed}
-    answer.update(status="ok" if check.passed else "parity_failed", reason="" if check.passed else check.reason,
-                  compile_s=getattr(prepared, "compile_s", None))
+    answer["parity"] = {
+        "max_abs_err": check.max_abs_err,
+        "max_rel_err": check.max_rel_err,
+        "atol": check.atol,
+        "rtol": check.rtol,
+        "mismatches": check.mismatches,
+        "passed": check.passed,
+    }
+    answer.update(
+        status="ok" if check.passed else "parity_failed",
+        reason="" if check.passed else check.reason,
+        compile_s=getattr(prepared, "compile_s", None),
+    )
 
 
 def main(argv: list[str]) -> int:

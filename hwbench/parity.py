@@ -36,8 +36,17 @@ def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
     out = np.asarray(output, dtype=np.float64)
     ref = np.asarray(reference, dtype=np.float64)
     if out.shape != ref.shape:
-        return Parity(None, None, tol.atol, tol.rtol, ref.size, 0, ref.size, False,
-                      f"output shape {out.shape} differs from reference shape {ref.shape}")
+        return Parity(
+            None,
+            None,
+            tol.atol,
+            tol.rtol,
+            ref.size,
+            0,
+            ref.size,
+            False,
+            f"output shape {out.shape} differs from reference shape {ref.shape}",
+        )
     same_special = (out == ref) | (np.isnan(out) & np.isnan(ref))
     finite = np.isfinite(out) & np.isfinite(ref)
     nonfinite = int(np.count_nonzero(~np.isfinite(out) & ~same_special))
@@ -57,7 +66,8 @@ def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
     if mismatches:
         worst = int(np.argmax(np.where(bad, err, -1.0)))
         where = np.unravel_index(worst, ref.shape)
-        reason = (f"{mismatches} of {ref.size} elements outside tolerance "
-                  f"(worst at {tuple(int(i) for i in where)}: got {out.flat[worst]!r}, want {ref.flat[worst]!r})")
-    return Parity(max_abs, max_rel, tol.atol, tol.rtol, mismatches, nonfinite, int(ref.size),
-                  mismatches == 0, reason)
+        reason = (
+            f"{mismatches} of {ref.size} elements outside tolerance "
+            f"(worst at {tuple(int(i) for i in where)}: got {out.flat[worst]!r}, want {ref.flat[worst]!r})"
+        )
+    return Parity(max_abs, max_rel, tol.atol, tol.rtol, mismatches, nonfinite, int(ref.size), mismatches == 0, reason)

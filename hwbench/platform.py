@@ -31,8 +31,17 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-KEYS = {"name": str, "usd_per_hour": float, "price_source": str, "price_as_of": str, "sla_availability": float,
-        "mttr_minutes": float, "mttr_source": str, "notes": str, "results": list}
+KEYS = {
+    "name": str,
+    "usd_per_hour": float,
+    "price_source": str,
+    "price_as_of": str,
+    "sla_availability": float,
+    "mttr_minutes": float,
+    "mttr_source": str,
+    "notes": str,
+    "results": list,
+}
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,9 @@ def parse_platform(text: str) -> Platform:
         facts = load_platform_file(platform_file)
         result_paths += [platform_file.parent / p for p in facts.get("results", [])]
     if not result_paths:
-        raise UserError(f"platform '{text}' has no results file (name one, or list them in the platform "
-                        "file's results = [...])")
+        raise UserError(
+            f"platform '{text}' has no results file (name one, or list them in the platform file's results = [...])"
+        )
     loaded = tuple(load_checked(p) for p in dict.fromkeys(result_paths))
     label = facts.get("name") or name.strip() or (platform_file or result_paths[0]).stem
     return Platform(label, loaded, platform_file, facts)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .metrics import performance_portability
 from .resultset import Loaded
@@ -59,8 +60,11 @@ def cascade(efficiencies: dict[str, float | None]) -> list[dict[str, Any]]:
     out = []
     for k, (device, value) in enumerate(ordered, 1):
         first = [v for _, v in ordered[:k]]
-        pp = None if any(v is None for v in first) else performance_portability(
-            min(v, 1.0) if v else None for v in first)
+        pp = (
+            None
+            if any(v is None for v in first)
+            else performance_portability(min(v, 1.0) if v else None for v in first)
+        )
         out.append({"platform": device, "efficiency": value, "pp": pp})
     return out
 
@@ -93,11 +97,19 @@ def _application(records: list[dict[str, Any]], impl: str, devices: list[str]) -
     failing = [d for d, s in status.items() if s != "ok"]
     pp_app, why_app = (0.0, "") if failing else _pp(app_eff, unknown_app)
     pp_arch, why_arch = (0.0, "") if failing else _pp(arch_eff, unknown_arch)
-    return {"application": impl, "status": status, "app_efficiency": app_eff, "arch_efficiency": arch_eff,
-            "pp_app": pp_app, "pp_app_unknown": why_app, "pp_arch": pp_arch, "pp_arch_unknown": why_arch,
-            "missing_or_failing": failing,
-            "cascade_app": cascade({d: (v if status[d] == "ok" else 0.0) for d, v in app_eff.items()}),
-            "cascade_arch": cascade({d: (v if status[d] == "ok" else 0.0) for d, v in arch_eff.items()})}
+    return {
+        "application": impl,
+        "status": status,
+        "app_efficiency": app_eff,
+        "arch_efficiency": arch_eff,
+        "pp_app": pp_app,
+        "pp_app_unknown": why_app,
+        "pp_arch": pp_arch,
+        "pp_arch_unknown": why_arch,
+        "missing_or_failing": failing,
+        "cascade_app": cascade({d: (v if status[d] == "ok" else 0.0) for d, v in app_eff.items()}),
+        "cascade_arch": cascade({d: (v if status[d] == "ok" else 0.0) for d, v in arch_eff.items()}),
+    }
 
 
 def portability(files: list[Loaded]) -> dict[str, Any]:
@@ -109,9 +121,16 @@ def portability(files: list[Loaded]) -> dict[str, Any]:
     for name, records in by_problem.items():
         devices = list(dict.fromkeys(r["device"] for r in records))
         impls = list(dict.fromkeys(r["impl"] for r in records))
-        problems.append({"problem": name, "kernel": records[0]["kernel"], "dtype": records[0].get("dtype"),
-                         "shape": records[0]["shape"], "platforms": devices,
-                         "applications": [_application(records, impl, devices) for impl in impls]})
+        problems.append(
+            {
+                "problem": name,
+                "kernel": records[0]["kernel"],
+                "dtype": records[0].get("dtype"),
+                "shape": records[0]["shape"],
+                "platforms": devices,
+                "applications": [_application(records, impl, devices) for impl in impls],
+            }
+        )
     return {"kind": "hwbench-portability", "files": [str(f.path) for f in files], "problems": problems}
 
 
@@ -122,5 +141,7 @@ def p3_csv(files: list[Loaded]) -> str:
     writer.writerow(CSV_COLUMNS)
     for record in _cases(files):
         if record["status"] == "ok" and record["timing"].get("median_s"):
-            writer.writerow([problem_name(record), record["device"], record["impl"], repr(record["timing"]["median_s"])])
+            writer.writerow(
+                [problem_name(record), record["device"], record["impl"], repr(record["timing"]["median_s"])]
+            )
     return out.getvalue()

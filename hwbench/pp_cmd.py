@@ -26,8 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench pp``."""
     parser.add_argument("files", type=Path, nargs="+", help="results files (one or more devices each)")
     parser.add_argument("--json", action="store_true", help="print the document (with cascade data) as JSON")
-    parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
-                        help="write problem,platform,application,fom rows for the p3-analysis-library ('-': stdout)")
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write problem,platform,application,fom rows for the p3-analysis-library ('-': stdout)",
+    )
 
 
 def _eff(value: float | None, status: str) -> str:
@@ -46,14 +51,23 @@ def render(doc: dict[str, Any]) -> str:
     for problem in doc["problems"]:
         devices = problem["platforms"]
         headers = ("impl", *(f"{d} app/arch" for d in devices), "PP app", "PP arch")
-        rows = [(a["application"],
-                 *(f"{_eff(a['app_efficiency'][d], a['status'][d])}/{_eff(a['arch_efficiency'][d], a['status'][d])}"
-                   for d in devices),
-                 _pp(a["pp_app"], a["pp_app_unknown"]), _pp(a["pp_arch"], a["pp_arch_unknown"]))
-                for a in problem["applications"]]
+        rows = [
+            (
+                a["application"],
+                *(
+                    f"{_eff(a['app_efficiency'][d], a['status'][d])}/{_eff(a['arch_efficiency'][d], a['status'][d])}"
+                    for d in devices
+                ),
+                _pp(a["pp_app"], a["pp_app_unknown"]),
+                _pp(a["pp_arch"], a["pp_arch_unknown"]),
+            )
+            for a in problem["applications"]
+        ]
         blocks.append(f"{problem['problem']}\n{table(rows, headers)}")
-    blocks.append("app = t_native / t_impl on the device; arch = achieved / peak; PP = harmonic mean over the "
-                  "devices (0 if missing or failing on any)")
+    blocks.append(
+        "app = t_native / t_impl on the device; arch = achieved / peak; PP = harmonic mean over the "
+        "devices (0 if missing or failing on any)"
+    )
     return "\n\n".join(blocks)
 
 

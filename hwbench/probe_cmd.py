@@ -1,14 +1,14 @@
 """Platform probes that feed `hwbench score`, each writing an ordinary results file.
 
-  hwbench probe storage --dir /shared/scratch [--size 256MiB] [--runtime 10]
-      fio 4 KiB random reads, direct I/O, libaio, queue depth 32, on one file of --size in
-      --dir for --runtime seconds (the file is removed afterwards); a record of kernel
-      'storage' with metrics.iops and completion latency; skipped (with why) without fio.
-  hwbench probe startup [--backend auto|NAME] [--impl NAME] [--dtype D] [--shape M=..,N=..,K=..]
-      fresh processes that start, initialise the backend, compile the GEMM and finish one
-      step, timed from launch to the end of that step, --repeat times with cold compile
-      caches and --repeat times with warm ones: two records of kernel 'startup'
-      (shape.warm_cache 0 and 1).
+hwbench probe storage --dir /shared/scratch [--size 256MiB] [--runtime 10]
+    fio 4 KiB random reads, direct I/O, libaio, queue depth 32, on one file of --size in
+    --dir for --runtime seconds (the file is removed afterwards); a record of kernel
+    'storage' with metrics.iops and completion latency; skipped (with why) without fio.
+hwbench probe startup [--backend auto|NAME] [--impl NAME] [--dtype D] [--shape M=..,N=..,K=..]
+    fresh processes that start, initialise the backend, compile the GEMM and finish one
+    step, timed from launch to the end of that step, --repeat times with cold compile
+    caches and --repeat times with warm ones: two records of kernel 'startup'
+    (shape.warm_cache 0 and 1).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 from . import results
 from .display import summary
 from .errors import UserError
+from .probe_storage import IODEPTH
 from .probes import default_out, new_document, now
 from .registry import backend_targets, get_kernel, parse_names
-from .probe_storage import IODEPTH
 from .spec import DTYPE_BYTES, parse_shape_arg
 
 HELP = "probe storage (fio) or time to first step, writing a results file for `hwbench score`"
@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", type=int, default=10, help="seconds of random reads (default 10)")
     p.add_argument("--out", type=Path, default=None, help="results file to write (never overwritten)")
     p = sub.add_parser("startup", help="time from process launch to the first GEMM step, cold and warm caches")
-    p.add_argument("--backend", default="auto", help="backend to start (default: the first with an accelerator, else cpu)")
+    p.add_argument(
+        "--backend", default="auto", help="backend to start (default: the first with an accelerator, else cpu)"
+    )
     p.add_argument("--impl", default=None, help="GEMM implementation (default: the backend's first portable one)")
     p.add_argument("--dtype", default=None, help="dtype (default: fp32 on a CPU, else the first of bf16, fp16, fp32)")
     p.add_argument("--shape", default="M=1024,N=1024,K=1024", help="GEMM shape (default M=1024,N=1024,K=1024)")
@@ -85,11 +87,20 @@ def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[st
     impls = sorted(impls, key=lambda i: i["kind"] != "portable")  # compile the portable source where there is one
     if args.dtype and args.dtype not in DTYPE_BYTES:
         raise UserError(f"unknown dtype '{args.dtype}'; known dtypes: {', '.join(DTYPE_BYTES)}")
-    wanted = [args.dtype] if args.dtype else (["fp32"] if not device or device["kind"] == "cpu" else list(PREFERRED_DTYPES))
+    wanted = (
+        [args.dtype] if args.dtype else (["fp32"] if not device or device["kind"] == "cpu" else list(PREFERRED_DTYPES))
+    )
     choice = next(((i, d) for d in wanted for i in impls if d in i["dtypes"]), None)
     impl, dtype = choice if choice else (impls[0] if impls else {"name": args.impl or "*"}, wanted[0])
-    request = {"backend": backend["name"], "device_index": args.device, "impl": impl["name"], "dtype": dtype,
-               "shape": shape, "language": impl.get("language"), "impl_kind": impl.get("kind")}
+    request = {
+        "backend": backend["name"],
+        "device_index": args.device,
+        "impl": impl["name"],
+        "dtype": dtype,
+        "shape": shape,
+        "language": impl.get("language"),
+        "impl_kind": impl.get("kind"),
+    }
     return request, device["name"] if device else None
 
 
@@ -101,13 +112,24 @@ def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, An
     doc["backends"] = [{k: backend.get(k) for k in ("name", "available", "reason", "devices", "environment")}]
     request, device = _request(args, backend)
     if not backend["available"] or device is None or request["impl"] == "*":
-        why = (f"backend {backend['name']} unavailable: {backend['reason']}" if not backend["available"] else
-               f"{backend['name']} has no device {args.device}" if device is None else
-               f"{backend['name']} has no GEMM implementation")
+        why = (
+            f"backend {backend['name']} unavailable: {backend['reason']}"
+            if not backend["available"]
+            else f"{backend['name']} has no device {args.device}"
+            if device is None
+            else f"{backend['name']} has no GEMM implementation"
+        )
         records = []
         for warm in (0, 1):
-            record = new_record("startup", request["impl"], backend["name"], device, request["dtype"],
-                                {**request["shape"], "warm_cache": warm}, args.device)
+            record = new_record(
+                "startup",
+                request["impl"],
+                backend["name"],
+                device,
+                request["dtype"],
+                {**request["shape"], "warm_cache": warm},
+                args.device,
+            )
             records.append({**record, "status": "skipped", "reason": why})
         return records
     return [startup_record(request, device, warm, args.repeat, args.timeout) for warm in (False, True)]
@@ -118,12 +140,16 @@ def _figures(records: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in (r for r in records if r["status"] == "ok"):
         if r["kernel"] == "storage":
-            lines.append(f"storage: {r['metrics']['iops']:,.0f} IOPS (4 KiB random read, queue depth {IODEPTH}), "
-                         f"p50 latency {r['timing']['median_s'] * 1e6:.0f} us, in {r['config']['dir']} on {r['device']}")
+            lines.append(
+                f"storage: {r['metrics']['iops']:,.0f} IOPS (4 KiB random read, queue depth {IODEPTH}), "
+                f"p50 latency {r['timing']['median_s'] * 1e6:.0f} us, in {r['config']['dir']} on {r['device']}"
+            )
         elif r["kernel"] == "startup":
             phases = ", ".join(f"{k} {v:.3g} s" for k, v in r["config"]["phases_s"].items())
-            lines.append(f"startup ({r['config']['cache']} caches): {r['timing']['median_s']:.3g} s to the first step "
-                         f"(median of {r['timing']['n']}; {phases})")
+            lines.append(
+                f"startup ({r['config']['cache']} caches): {r['timing']['median_s']:.3g} s to the first step "
+                f"(median of {r['timing']['n']}; {phases})"
+            )
     return lines
 
 
@@ -138,8 +164,9 @@ def main(args: argparse.Namespace) -> int:
 
         record = run_storage(args.dir, parse_size(args.size), args.runtime)
         skipped = record["status"] == "skipped"
-        doc["backends"] = [{"name": "fio", "available": not skipped, "reason": record["reason"] if skipped else "",
-                            "devices": []}]
+        doc["backends"] = [
+            {"name": "fio", "available": not skipped, "reason": record["reason"] if skipped else "", "devices": []}
+        ]
         doc["records"] = [record]
     else:
         doc["records"] = _startup(args, doc)

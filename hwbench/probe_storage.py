@@ -44,10 +44,22 @@ def filesystem(directory: Path) -> str:
 
 def fio_command(path: Path, size_bytes: int, runtime_s: int) -> list[str]:
     """The fio command line of the probe."""
-    return ["fio", "--name=hwbench-randread", f"--filename={path}", "--rw=randread", f"--bs={BLOCK_BYTES}",
-            "--direct=1", "--ioengine=libaio", f"--iodepth={IODEPTH}", "--numjobs=1", f"--size={size_bytes}",
-            f"--runtime={runtime_s}", "--time_based", "--percentile_list=25:50:75:99",
-            "--output-format=json"]
+    return [
+        "fio",
+        "--name=hwbench-randread",
+        f"--filename={path}",
+        "--rw=randread",
+        f"--bs={BLOCK_BYTES}",
+        "--direct=1",
+        "--ioengine=libaio",
+        f"--iodepth={IODEPTH}",
+        "--numjobs=1",
+        f"--size={size_bytes}",
+        f"--runtime={runtime_s}",
+        "--time_based",
+        "--percentile_list=25:50:75:99",
+        "--output-format=json",
+    ]
 
 
 def check_arguments(directory: Path, size_bytes: int, runtime_s: int) -> None:
@@ -62,8 +74,10 @@ def check_arguments(directory: Path, size_bytes: int, runtime_s: int) -> None:
         raise UserError(f"--size must be at least 1MiB, got {size_bytes} bytes")
     free = shutil.disk_usage(directory).free
     if size_bytes > free // 2:
-        raise UserError(f"--size {size_bytes >> 20} MiB is more than half the {free >> 20} MiB free in {directory}: "
-                        "choose a smaller --size")
+        raise UserError(
+            f"--size {size_bytes >> 20} MiB is more than half the {free >> 20} MiB free in {directory}: "
+            "choose a smaller --size"
+        )
 
 
 def parse_size(text: str) -> int:
@@ -86,15 +100,28 @@ def _fill(record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
     pct = {float(k): v * 1e-9 for k, v in clat.get("percentile", {}).items()}
     mean, std = clat["mean"] * 1e-9, clat["stddev"] * 1e-9
     record["timing"] = {
-        "median_s": pct.get(50.0), "iqr_s": pct[75.0] - pct[25.0] if 25.0 in pct and 75.0 in pct else None,
-        "q1_s": pct.get(25.0), "q3_s": pct.get(75.0), "p99_s": pct.get(99.0), "mean_s": mean, "std_s": std,
-        "cv": std / mean if mean > 0 else None, "min_s": clat["min"] * 1e-9, "max_s": clat["max"] * 1e-9,
-        "n": int(read["total_ios"]), "timer": "fio completion latency (clat)", "flushed": None,
+        "median_s": pct.get(50.0),
+        "iqr_s": pct[75.0] - pct[25.0] if 25.0 in pct and 75.0 in pct else None,
+        "q1_s": pct.get(25.0),
+        "q3_s": pct.get(75.0),
+        "p99_s": pct.get(99.0),
+        "mean_s": mean,
+        "std_s": std,
+        "cv": std / mean if mean > 0 else None,
+        "min_s": clat["min"] * 1e-9,
+        "max_s": clat["max"] * 1e-9,
+        "n": int(read["total_ios"]),
+        "timer": "fio completion latency (clat)",
+        "flushed": None,
     }
     record["metrics"].update(iops=float(read["iops"]), gbps=read["bw_bytes"] / 1e9)
-    record["config"].update(fio_version=report.get("fio version"), iops_min=read.get("iops_min"),
-                            iops_max=read.get("iops_max"), iops_stddev=read.get("iops_stddev"),
-                            runtime_ms=read.get("runtime"))
+    record["config"].update(
+        fio_version=report.get("fio version"),
+        iops_min=read.get("iops_min"),
+        iops_max=read.get("iops_max"),
+        iops_stddev=read.get("iops_stddev"),
+        runtime_ms=read.get("runtime"),
+    )
     return record
 
 
@@ -108,8 +135,10 @@ def run_storage(directory: Path, size_bytes: int, runtime_s: int) -> dict[str, A
     command = fio_command(path, size_bytes, runtime_s)
     record["config"] = {"dir": str(Path(directory).resolve()), "command": command}
     if shutil.which("fio") is None:
-        record.update(status="skipped", reason="fio is not installed (Debian/Ubuntu: apt-get install fio); "
-                                               "install it to probe storage")
+        record.update(
+            status="skipped",
+            reason="fio is not installed (Debian/Ubuntu: apt-get install fio); install it to probe storage",
+        )
         return record
     started = time.perf_counter()
     try:

@@ -30,17 +30,38 @@ def new_document(command: list[str] | None = None) -> dict[str, Any]:
     """A results document with host, software and settings filled, and no records yet."""
     host = describe_host()
     return {
-        "schema_version": SCHEMA_VERSION, "kind": KIND,
-        "run": {"id": uuid.uuid4().hex, "started": now(), "finished": None, "incomplete": False,
-                "command": command or ["hwbench", *sys.argv[1:]], "profile": None, "seed": 0,
-                "timeout_s": None, "price": None, "hwbench": hwbench_info()},
-        "host": host["host"], "software": host["software"], "settings": host["settings"],
-        "warnings": list(host["warnings"]), "backends": [], "records": [],
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run": {
+            "id": uuid.uuid4().hex,
+            "started": now(),
+            "finished": None,
+            "incomplete": False,
+            "command": command or ["hwbench", *sys.argv[1:]],
+            "profile": None,
+            "seed": 0,
+            "timeout_s": None,
+            "price": None,
+            "hwbench": hwbench_info(),
+        },
+        "host": host["host"],
+        "software": host["software"],
+        "settings": host["settings"],
+        "warnings": list(host["warnings"]),
+        "backends": [],
+        "records": [],
     }
 
 
-def new_record(kernel: str, impl: str, backend: str, device: str | None, dtype: str | None,
-               shape: dict[str, int], device_index: int = 0) -> dict[str, Any]:
+def new_record(
+    kernel: str,
+    impl: str,
+    backend: str,
+    device: str | None,
+    dtype: str | None,
+    shape: dict[str, int],
+    device_index: int = 0,
+) -> dict[str, Any]:
     """A record with its coordinates set and every measurement empty (status ok until marked)."""
     record = base_record(CaseRequest(kernel, impl, backend, device_index, dtype or "", dict(shape)), None, None)
     record["device"], record["dtype"] = device, dtype

@@ -23,8 +23,9 @@ files hold them beside pytest-benchmark's own statistics.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -86,8 +87,9 @@ def _pick(backend: Any, kernel: str, impl: str) -> Any:
     return chosen
 
 
-def _check(prepared: Any, kernel: Any, inputs: Any, shape: dict[str, int], dtype: str,
-           reference: Any) -> dict[str, Any]:
+def _check(
+    prepared: Any, kernel: Any, inputs: Any, shape: dict[str, int], dtype: str, reference: Any
+) -> dict[str, Any]:
     from . import parity
 
     prepared.run()
@@ -113,10 +115,23 @@ class HwbenchCase:
             self._benchmark.skipped = True  # a skipped case is not "a benchmark fixture left unused"
             raise
 
-    def run(self, kernel: str, shape: Mapping[str, int], *, dtype: str = "fp32", impl: str = "portable",
-                 backend: str = "cpu", device: int = 0, native: bool = True,
-                 native_median_s: float | None = None, rounds: int = 20, warmup_rounds: int = 2,
-                 native_budget_s: float = 0.5, flush: bool = True, seed: int = 0) -> CaseResult:
+    def run(
+        self,
+        kernel: str,
+        shape: Mapping[str, int],
+        *,
+        dtype: str = "fp32",
+        impl: str = "portable",
+        backend: str = "cpu",
+        device: int = 0,
+        native: bool = True,
+        native_median_s: float | None = None,
+        rounds: int = 20,
+        warmup_rounds: int = 2,
+        native_budget_s: float = 0.5,
+        flush: bool = True,
+        seed: int = 0,
+    ) -> CaseResult:
         """Prepare, check and time one case; fill ``benchmark.extra_info``.
 
         ``impl`` is an implementation name (``llvm``, ``numpy``) or a kind (``portable``,
@@ -151,8 +166,7 @@ class HwbenchCase:
 
         benchmark = self._benchmark
         benchmark.group = f"{kernel} {spec.describe_shape(full_shape)} {dtype}"
-        benchmark.pedantic(timed_call, setup=flusher, rounds=rounds, warmup_rounds=warmup_rounds,
-                                 iterations=1)
+        benchmark.pedantic(timed_call, setup=flusher, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         timed = samples[-rounds:]  # pedantic's warm-up rounds come first
         median = _median(timed)
 
@@ -167,26 +181,62 @@ class HwbenchCase:
                     _check(other, spec, inputs, full_shape, dtype, reference)
                     config = TimingConfig(warmup_s=native_budget_s / 5, budget_s=native_budget_s, flush=flush)
                     native_median_s = _median(measure(other.run, timer, flusher, config).samples)
-        result = _result(kernel, chosen, backend, dev, dtype, full_shape, found_parity, timer.name, timed, median,
-                         spec.flops(full_shape), native_impl, native_median_s)
+        result = _result(
+            kernel,
+            chosen,
+            backend,
+            dev,
+            dtype,
+            full_shape,
+            found_parity,
+            timer.name,
+            timed,
+            median,
+            spec.flops(full_shape),
+            native_impl,
+            native_median_s,
+        )
         benchmark.extra_info.update(result.extra_info())
         return result
 
 
-def _result(kernel: str, impl: Any, backend: str, device: Any, dtype: str, shape: dict[str, int],
-            found_parity: dict[str, Any], timer_name: str, samples: list[float], median: float | None,
-            flops: float, native_impl: str | None, native_median_s: float | None) -> CaseResult:
+def _result(
+    kernel: str,
+    impl: Any,
+    backend: str,
+    device: Any,
+    dtype: str,
+    shape: dict[str, int],
+    found_parity: dict[str, Any],
+    timer_name: str,
+    samples: list[float],
+    median: float | None,
+    flops: float,
+    native_impl: str | None,
+    native_median_s: float | None,
+) -> CaseResult:
     from . import metrics
 
     achieved = metrics.tflops(flops, median) if median else None
-    overhead = metrics.porting_overhead(native_median_s, median) if (median and native_median_s and native_impl) \
-        else None
+    overhead = (
+        metrics.porting_overhead(native_median_s, median) if (median and native_median_s and native_impl) else None
+    )
     return CaseResult(
-        kernel=kernel, impl=impl.name, impl_kind=impl.kind, backend=backend, device=device.name, dtype=dtype,
-        shape=dict(shape), parity=found_parity, device_timer=timer_name, device_samples_s=samples,
-        device_median_s=median, tflops=achieved,
+        kernel=kernel,
+        impl=impl.name,
+        impl_kind=impl.kind,
+        backend=backend,
+        device=device.name,
+        dtype=dtype,
+        shape=dict(shape),
+        parity=found_parity,
+        device_timer=timer_name,
+        device_samples_s=samples,
+        device_median_s=median,
+        tflops=achieved,
         pct_peak=metrics.pct_of_peak(achieved, _peak_tflops(device, dtype)) if achieved else None,
-        native_impl=native_impl, native_median_s=native_median_s if native_impl else None,
+        native_impl=native_impl,
+        native_median_s=native_median_s if native_impl else None,
         porting_overhead=overhead,
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import entry_points
 
 from .backend import Backend
@@ -66,7 +66,7 @@ def _load(target: str) -> object:
     return obj
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_backend(name: str) -> Backend:
     """The backend called ``name``; UserError if no backend has that name."""
     targets = backend_targets()
@@ -80,7 +80,7 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_kernel(name: str) -> Kernel:
     """The kernel spec called ``name``; UserError if no kernel has that name."""
     targets = kernel_targets()

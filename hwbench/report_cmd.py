@@ -24,8 +24,13 @@ HELP = "write a self-contained HTML report (plots and tables) from results files
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench report``."""
     parser.add_argument("files", type=Path, nargs="+", metavar="RESULTS", help="results files (hwbench run --out)")
-    parser.add_argument("-o", "--out", type=Path, default=Path("report.html"),
-                        help="HTML file to write (default: report.html; replaced if it exists)")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=Path("report.html"),
+        help="HTML file to write (default: report.html; replaced if it exists)",
+    )
     parser.add_argument("--title", default="hwbench report", help="title of the page")
 
 

@@ -11,9 +11,10 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import UserError
 
@@ -57,8 +58,10 @@ def migrate(doc: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(version, int) or isinstance(version, bool):
         raise UserError("not an hwbench results file: 'schema_version' is missing or not an integer")
     if version > SCHEMA_VERSION:
-        raise UserError(f"results file has schema_version {version}, newer than this hwbench reads "
-                        f"({SCHEMA_VERSION}): upgrade hwbench to read it")
+        raise UserError(
+            f"results file has schema_version {version}, newer than this hwbench reads "
+            f"({SCHEMA_VERSION}): upgrade hwbench to read it"
+        )
     while version < SCHEMA_VERSION:
         if version not in MIGRATIONS:
             raise UserError(f"results file has schema_version {version}, which this hwbench cannot migrate")
@@ -81,8 +84,9 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                        "the file may be truncated") from None
+        raise UserError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); the file may be truncated"
+        ) from None
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not an hwbench results file (top level is not an object)")
     try:
@@ -122,14 +126,16 @@ def save(doc: dict[str, Any], path: str | Path) -> Path:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            raise UserError(f"{path} already exists; hwbench never overwrites a results file: "
-                            "choose another --out") from None
+            raise UserError(
+                f"{path} already exists; hwbench never overwrites a results file: choose another --out"
+            ) from None
         except OSError:  # a file system without hard links: exclusive create, then replace
             try:
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
-                raise UserError(f"{path} already exists; hwbench never overwrites a results file: "
-                                "choose another --out") from None
+                raise UserError(
+                    f"{path} already exists; hwbench never overwrites a results file: choose another --out"
+                ) from None
             os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

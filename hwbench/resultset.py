@@ -9,9 +9,10 @@ naming the file and the record, never a silently wrong ranking.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import results
 from .errors import UserError

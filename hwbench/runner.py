@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from .case import CaseRequest, base_record, failed
 from .derive import add_metrics
@@ -54,11 +55,21 @@ def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[d
         try:
             answer = worker.request({"op": "describe", "backend": name}, timeout)
             if "error" in answer:
-                answer = {"name": name, "available": False, "reason": f"probe failed: {answer['error']}",
-                          "devices": [], "implementations": {}}
+                answer = {
+                    "name": name,
+                    "available": False,
+                    "reason": f"probe failed: {answer['error']}",
+                    "devices": [],
+                    "implementations": {},
+                }
         except WorkerDied as died:
-            answer = {"name": name, "available": False, "reason": f"probe {died.status}: {died.reason}",
-                      "devices": [], "implementations": {}}
+            answer = {
+                "name": name,
+                "available": False,
+                "reason": f"probe {died.status}: {died.reason}",
+                "devices": [],
+                "implementations": {},
+            }
         described.append(answer)
     return described
 
@@ -70,8 +81,12 @@ def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wante
     return [d for d in kernel_dtypes if d in offered]
 
 
-def plan_cases(plan: Plan, backends: list[dict[str, Any]], kernel_dtypes: Mapping[str, tuple[str, ...]],
-               shapes: Mapping[str, list[dict[str, int]]]) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
+def plan_cases(
+    plan: Plan,
+    backends: list[dict[str, Any]],
+    kernel_dtypes: Mapping[str, tuple[str, ...]],
+    shapes: Mapping[str, list[dict[str, int]]],
+) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
     """Cases to run, and records for what cannot run at all (with the reason)."""
     cases: list[CaseRequest] = []
     skipped: list[dict[str, Any]] = []
@@ -81,31 +96,37 @@ def plan_cases(plan: Plan, backends: list[dict[str, Any]], kernel_dtypes: Mappin
         for kernel in plan.kernels:
             if not backend["available"]:
                 stub = CaseRequest(kernel, "*", name, -1, "", {})
-                skipped.append(failed(base_record(stub, None, None), "skipped",
-                                      f"backend {name} unavailable: {backend['reason']}"))
+                skipped.append(
+                    failed(base_record(stub, None, None), "skipped", f"backend {name} unavailable: {backend['reason']}")
+                )
                 continue
-            impls = [i for i in backend["implementations"].get(kernel, [])
-                     if plan.impls is None or i["name"] in plan.impls]
+            impls = [
+                i for i in backend["implementations"].get(kernel, []) if plan.impls is None or i["name"] in plan.impls
+            ]
             if not impls:
                 stub = CaseRequest(kernel, "*", name, -1, "", {})
                 what = "the selected implementations" if plan.impls else "implementation"
-                skipped.append(failed(base_record(stub, None, None), "skipped",
-                                      f"{name} has no {what} of {kernel}"))
+                skipped.append(failed(base_record(stub, None, None), "skipped", f"{name} has no {what} of {kernel}"))
                 continue
             indices = [d["index"] for d in backend["devices"]]
             if plan.devices and name in plan.devices:
                 for absent in sorted(set(plan.devices[name]) - set(indices)):
                     stub = CaseRequest(kernel, "*", name, absent, "", {})
-                    skipped.append(failed(base_record(stub, None, None), "skipped",
-                                          f"{name} has no device {absent} (its devices: "
-                                          f"{', '.join(f'{name}:{i}' for i in indices)})"))
+                    skipped.append(
+                        failed(
+                            base_record(stub, None, None),
+                            "skipped",
+                            f"{name} has no device {absent} (its devices: {', '.join(f'{name}:{i}' for i in indices)})",
+                        )
+                    )
                 indices = [i for i in indices if i in plan.devices[name]]
             for index in indices:
                 for shape in shapes[kernel]:
                     for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
                         for impl in impls:
-                            cases.append(CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape),
-                                                     plan.seed, timing))
+                            cases.append(
+                                CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
+                            )
     return cases, skipped
 
 
@@ -114,8 +135,9 @@ def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> 
     for backend in backends:
         if backend["name"] != record["backend"]:
             continue
-        impl = next((i for i in backend["implementations"].get(record["kernel"], [])
-                     if i["name"] == record["impl"]), None)
+        impl = next(
+            (i for i in backend["implementations"].get(record["kernel"], []) if i["name"] == record["impl"]), None
+        )
         device = next((d for d in backend["devices"] if d["index"] == record["device_index"]), None)
         if impl:
             record["impl_kind"], record["language"] = impl["kind"], impl["language"]
@@ -124,8 +146,13 @@ def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> 
     return record
 
 
-def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float, progress: Progress | None = None,
-              backends: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], bool]:
+def run_cases(
+    cases: list[CaseRequest],
+    worker: Worker,
+    timeout: float,
+    progress: Progress | None = None,
+    backends: list[dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
     """Run every case; returns the records and whether the run was interrupted."""
     records: list[dict[str, Any]] = []
     try:
@@ -134,8 +161,9 @@ def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float, progress
                 progress(number, len(cases), None, case)
             try:
                 answer = worker.request({"op": "case", "case": asdict(case)}, timeout)
-                record = answer.get("record") or failed(base_record(case, None, None), "runtime_error",
-                                                        f"worker error: {answer.get('error')}")
+                record = answer.get("record") or failed(
+                    base_record(case, None, None), "runtime_error", f"worker error: {answer.get('error')}"
+                )
             except WorkerDied as died:
                 record = failed(base_record(case, None, None), died.status, died.reason)
             if record["device"] is None and backends:
@@ -149,21 +177,39 @@ def run_cases(cases: list[CaseRequest], worker: Worker, timeout: float, progress
     return records, False
 
 
-def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
-            shapes: Mapping[str, list[dict[str, int]]], progress: Progress | None = None,
-            worker: Worker | None = None) -> dict[str, Any]:
+def execute(
+    plan: Plan,
+    kernel_dtypes: Mapping[str, tuple[str, ...]],
+    shapes: Mapping[str, list[dict[str, int]]],
+    progress: Progress | None = None,
+    worker: Worker | None = None,
+) -> dict[str, Any]:
     """Run ``plan`` and return the results document (complete or marked incomplete)."""
     started = _now()
     own_worker = worker is None
     worker = worker or Worker()
     doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "kind": KIND,
-        "run": {"id": uuid.uuid4().hex, "started": started, "finished": None, "incomplete": True,
-                "command": plan.command or list(sys.argv), "profile": plan.profile, "seed": plan.seed,
-                "timeout_s": plan.timeout_s, "timing": asdict(plan.timing), "price": plan.price,
-                "hwbench": hwbench_info()},
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run": {
+            "id": uuid.uuid4().hex,
+            "started": started,
+            "finished": None,
+            "incomplete": True,
+            "command": plan.command or list(sys.argv),
+            "profile": plan.profile,
+            "seed": plan.seed,
+            "timeout_s": plan.timeout_s,
+            "timing": asdict(plan.timing),
+            "price": plan.price,
+            "hwbench": hwbench_info(),
+        },
         "host": {"hostname": "unknown", "os": "unknown", "cpu": {"model": "unknown", "cores": 0}},
-        "software": {}, "settings": {}, "warnings": [], "backends": [], "records": [],
+        "software": {},
+        "settings": {},
+        "warnings": [],
+        "backends": [],
+        "records": [],
     }
     cases: list[CaseRequest] = []
     records: list[dict[str, Any]] = []
@@ -177,8 +223,9 @@ def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
         except WorkerDied as died:
             doc["warnings"].append(f"host description failed: {died.reason}")
         backends = describe_all(worker, plan.backends, plan.timeout_s)
-        doc["backends"] = [{k: b.get(k) for k in ("name", "available", "reason", "devices", "environment")
-                            if k in b} for b in backends]
+        doc["backends"] = [
+            {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
+        ]
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
         collective = [c for c in cases if c.kernel == "allreduce"]  # spans N processes: its own path
         cases = [c for c in cases if c.kernel != "allreduce"]
@@ -186,8 +233,9 @@ def execute(plan: Plan, kernel_dtypes: Mapping[str, tuple[str, ...]],
         if collective and not interrupted:
             from .collective.run import run_collective
 
-            more, interrupted, doc["collective"] = run_collective(collective, backends, plan.timeout_s, progress,
-                                                                  plan.dtypes)
+            more, interrupted, doc["collective"] = run_collective(
+                collective, backends, plan.timeout_s, progress, plan.dtypes
+            )
             records += more
     except KeyboardInterrupt:
         worker.kill()

@@ -29,12 +29,24 @@ HELP = "rank platforms with a weighted matrix (compute density, network, storage
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench score``."""
-    parser.add_argument("platforms", nargs="+", metavar="PLATFORM",
-                        help="[NAME=]RESULTS.json[,MORE.json][,PLATFORM.toml], or just PLATFORM.toml listing results")
-    parser.add_argument("--weights", type=Path, default=None,
-                        help="TOML matrix replacing the default (hwbench/data/weights.toml); weights must sum to 100")
-    parser.add_argument("--catalog", type=Path, default=None,
-                        help="TOML catalog of your own ([devices.KEY], [[prices]]) over the shipped one")
+    parser.add_argument(
+        "platforms",
+        nargs="+",
+        metavar="PLATFORM",
+        help="[NAME=]RESULTS.json[,MORE.json][,PLATFORM.toml], or just PLATFORM.toml listing results",
+    )
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help="TOML matrix replacing the default (hwbench/data/weights.toml); weights must sum to 100",
+    )
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="TOML catalog of your own ([devices.KEY], [[prices]]) over the shipped one",
+    )
     parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
     parser.add_argument("--out", type=Path, default=None, help="also write the score document (JSON) to this file")
 
@@ -50,10 +62,23 @@ def _cell(entry: dict[str, Any]) -> str:
 def render(doc: dict[str, Any]) -> str:
     """The ranking table, the missing reasons and what the total means."""
     names = list(doc["dimensions"])
-    headers = ("rank", "platform", "total", "max", *(f"{doc['dimensions'][n]['label']} {doc['dimensions'][n]['weight']:g}%"
-                                                     for n in names))
-    rows = [(str(p["rank"]), p["name"], f"{p['total']:.1f}", f"{p['max_total']:.1f}",
-             *(_cell(p["dimensions"][n]) for n in names)) for p in doc["platforms"]]
+    headers = (
+        "rank",
+        "platform",
+        "total",
+        "max",
+        *(f"{doc['dimensions'][n]['label']} {doc['dimensions'][n]['weight']:g}%" for n in names),
+    )
+    rows = [
+        (
+            str(p["rank"]),
+            p["name"],
+            f"{p['total']:.1f}",
+            f"{p['max_total']:.1f}",
+            *(_cell(p["dimensions"][n]) for n in names),
+        )
+        for p in doc["platforms"]
+    ]
     lines = [table(rows, headers), ""]
     for p in doc["platforms"]:
         for n in names:

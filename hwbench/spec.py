@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -194,6 +195,8 @@ def describe_kernel(kernel: Kernel) -> dict[str, Any]:
         "name": kernel.name,
         "description": kernel.description,
         "dtypes": list(kernel.dtypes),
-        "dimensions": [{"name": p.name, "doc": p.doc, "default": p.default, "aliases": list(p.aliases)} for p in kernel.params],
+        "dimensions": [
+            {"name": p.name, "doc": p.doc, "default": p.default, "aliases": list(p.aliases)} for p in kernel.params
+        ],
         "profiles": {name: kernel.shapes(name) for name in PROFILES},
     }

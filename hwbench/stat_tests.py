@@ -8,8 +8,8 @@ approximation with tie and continuity corrections.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -14,18 +14,47 @@ from . import __version__
 
 #: Environment variables that change what a benchmark measures.
 SETTINGS = (
-    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "NVPL_BLAS_DEBUG_CPU_TYPE",
-    "GOTO_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "TRITON_INTERPRET", "NUMBA_NUM_THREADS", "POCL_DEVICES", "POCL_MAX_PTHREAD_COUNT",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+    "NVPL_BLAS_DEBUG_CPU_TYPE",
+    "GOTO_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "TRITON_INTERPRET",
+    "NUMBA_NUM_THREADS",
+    "POCL_DEVICES",
+    "POCL_MAX_PTHREAD_COUNT",
 )
 #: Settings that force a slower code path than the hardware would choose.
 SLOWING = {
     "OPENBLAS_CORETYPE": "forces OpenBLAS onto the {value} kernel instead of the one it detects",
     "OPENBLAS_L2_SIZE": "overrides OpenBLAS's cache blocking (L2 size {value})",
 }
-CPU_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-                "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "neon", "asimd", "sve", "sve2")
+CPU_FEATURES = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "neon",
+    "asimd",
+    "sve",
+    "sve2",
+)
 
 
 def cpu_info() -> dict[str, Any]:
@@ -86,8 +115,11 @@ def settings() -> dict[str, str | None]:
 
 def settings_warnings(values: dict[str, str | None]) -> list[str]:
     """Warnings for settings that slow a library down (recorded and shown, never changed)."""
-    return [f"{name}={values[name]} is set: {text.format(value=values[name])}; native figures may be low"
-            for name, text in SLOWING.items() if values.get(name)]
+    return [
+        f"{name}={values[name]} is set: {text.format(value=values[name])}; native figures may be low"
+        for name, text in SLOWING.items()
+        if values.get(name)
+    ]
 
 
 def package_version(name: str) -> str | None:
@@ -113,19 +145,27 @@ def git_commit() -> str | None:
     """Commit of the hwbench checkout this runs from, or None when installed from a wheel."""
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = out.stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+    ).stdout.strip()
     return commit + ("-dirty" if dirty else "")
 
 
 def software_info() -> dict[str, Any]:
     """Versions of the Python-side stack (backends add their drivers and runtimes)."""
-    info: dict[str, Any] = {"python": platform.python_version(), "python_implementation": platform.python_implementation()}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+    }
     for dist in ("numpy", "llvmlite", "torch", "triton", "pyopencl", "cupy", "threadpoolctl"):
         info[dist] = package_version(dist)
     info["blas"] = blas_info()

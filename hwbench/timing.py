@@ -8,8 +8,8 @@ optional flush, and this module decides how often to call and when to stop, as
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .backend import Timer
 from .stats import summarize
@@ -27,7 +27,7 @@ class TimingConfig:
     flush: bool = True
 
     @classmethod
-    def for_profile(cls, profile: str, flush: bool = True) -> "TimingConfig":
+    def for_profile(cls, profile: str, flush: bool = True) -> TimingConfig:
         """Budgets that keep a profile's run time in proportion to its size."""
         budget = {"quick": 0.25, "standard": 1.0, "full": 2.0}[profile]
         return cls(warmup_s=budget / 5, budget_s=budget, flush=flush)
@@ -48,8 +48,7 @@ class Timing:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def measure(run: Callable[[], None], timer: Timer, flush: Callable[[], None] | None,
-            config: TimingConfig) -> Timing:
+def measure(run: Callable[[], None], timer: Timer, flush: Callable[[], None] | None, config: TimingConfig) -> Timing:
     """Time ``run`` repeatedly on ``timer`` and return the samples.
 
     The first call is an estimate; warm-up calls fill ``warmup_s``; then timed calls

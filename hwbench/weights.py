@@ -7,10 +7,11 @@ The shipped matrix is ``hwbench/data/weights.toml`` (its comments document the m
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -59,16 +60,29 @@ class Dimension:
     def describe(self) -> str:
         """The mapping in words, for tables and JSON."""
         if self.mode == "relative":
-            return ("100 x raw / best raw among the platforms" if self.better == "higher"
-                    else "100 x best raw / raw among the platforms")
-        return "piecewise linear through " + ", ".join(f"({x:g} {self.unit} -> {y:g})" for x, y in self.points) \
+            return (
+                "100 x raw / best raw among the platforms"
+                if self.better == "higher"
+                else "100 x best raw / raw among the platforms"
+            )
+        return (
+            "piecewise linear through "
+            + ", ".join(f"({x:g} {self.unit} -> {y:g})" for x, y in self.points)
             + ", clamped outside"
+        )
 
     def as_json(self) -> dict[str, Any]:
         """The dimension as the score document shows it."""
-        return {"weight": self.weight, "label": self.label, "unit": self.unit, "better": self.better,
-                "mode": self.mode, "points": [list(p) for p in self.points], "mapping": self.describe(),
-                **dict(self.options)}
+        return {
+            "weight": self.weight,
+            "label": self.label,
+            "unit": self.unit,
+            "better": self.better,
+            "mode": self.mode,
+            "points": [list(p) for p in self.points],
+            "mapping": self.describe(),
+            **dict(self.options),
+        }
 
 
 def _read(path: Path | None) -> tuple[dict[str, Any], str]:
@@ -95,9 +109,10 @@ def _number(value: Any, what: str, where: str) -> float:
 def _points(value: Any, where: str) -> tuple[tuple[float, float], ...]:
     if not isinstance(value, list) or len(value) < 2 or not all(isinstance(p, list) and len(p) == 2 for p in value):
         raise UserError(f"{where}: points must be a list of at least two [raw, score] pairs")
-    points = tuple((_number(p[0], "a point's raw figure", where), _number(p[1], "a point's score", where))
-                   for p in value)
-    if any(b[0] <= a[0] for a, b in zip(points, points[1:])):
+    points = tuple(
+        (_number(p[0], "a point's raw figure", where), _number(p[1], "a point's score", where)) for p in value
+    )
+    if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
         raise UserError(f"{where}: the raw figures of points must increase strictly")
     if any(not 0 <= s <= 100 for _, s in points):
         raise UserError(f"{where}: the scores of points must lie between 0 and 100")
@@ -119,10 +134,10 @@ def _dimension(name: str, given: Mapping[str, Any], default: Mapping[str, Any], 
         raise UserError(f"{where}: weight must not be negative, got {weight:g}")
     better = merged.get("better", "higher")
     if better not in ("higher", "lower"):
-        raise UserError(f"{where}: better must be \"higher\" or \"lower\", got {better!r}")
+        raise UserError(f'{where}: better must be "higher" or "lower", got {better!r}')
     mode = merged.get("mode", "points")
     if mode not in ("points", "relative"):
-        raise UserError(f"{where}: mode must be \"points\" or \"relative\", got {mode!r}")
+        raise UserError(f'{where}: mode must be "points" or "relative", got {mode!r}')
     points = _points(merged.get("points"), where) if mode == "points" else ()
     options = {}
     for key, kind in OPTIONS.get(name, {}).items():
@@ -131,9 +146,10 @@ def _dimension(name: str, given: Mapping[str, Any], default: Mapping[str, Any], 
             raise UserError(f"{where}: {key} must be a {kind.__name__}, got {value!r}")
         options[key] = value
     if name == "time_to_first_step" and options["cache"] not in ("cold", "warm"):
-        raise UserError(f"{where}: cache must be \"cold\" or \"warm\", got {options['cache']!r}")
-    return Dimension(name, weight, str(merged.get("label", name)), str(merged.get("unit", "")), better, mode,
-                     points, options)
+        raise UserError(f'{where}: cache must be "cold" or "warm", got {options["cache"]!r}')
+    return Dimension(
+        name, weight, str(merged.get("label", name)), str(merged.get("unit", "")), better, mode, points, options
+    )
 
 
 def load_weights(path: str | Path | None = None) -> tuple[dict[str, Dimension], str]:
@@ -143,8 +159,10 @@ def load_weights(path: str | Path | None = None) -> tuple[dict[str, Dimension], 
     tables = data.get("dimensions")
     extra = sorted(set(data) - {"dimensions"})
     if extra or not isinstance(tables, dict) or not tables:
-        raise UserError(f"weights file {origin}: expected only [dimensions.NAME] tables"
-                        + (f", found '{extra[0]}'" if extra else ""))
+        raise UserError(
+            f"weights file {origin}: expected only [dimensions.NAME] tables"
+            + (f", found '{extra[0]}'" if extra else "")
+        )
     unknown = [n for n in tables if n not in DIMENSIONS]
     if unknown:
         raise UserError(f"weights file {origin}: unknown dimension '{unknown[0]}'; known: {', '.join(DIMENSIONS)}")
@@ -153,10 +171,13 @@ def load_weights(path: str | Path | None = None) -> tuple[dict[str, Dimension], 
         if name in tables:
             if not isinstance(tables[name], dict):
                 raise UserError(f"weights file {origin}: dimensions.{name} must be a table")
-            dims[name] = _dimension(name, tables[name], shipped["dimensions"][name],
-                                    f"weights file {origin}, dimension {name}")
+            dims[name] = _dimension(
+                name, tables[name], shipped["dimensions"][name], f"weights file {origin}, dimension {name}"
+            )
     total = sum(d.weight for d in dims.values())
     if not math.isclose(total, WEIGHT_SUM, abs_tol=1e-6):
-        raise UserError(f"weights file {origin}: weights sum to {total:g}, not {WEIGHT_SUM:g} "
-                        f"({', '.join(f'{n} {d.weight:g}' for n, d in dims.items())})")
+        raise UserError(
+            f"weights file {origin}: weights sum to {total:g}, not {WEIGHT_SUM:g} "
+            f"({', '.join(f'{n} {d.weight:g}' for n, d in dims.items())})"
+        )
     return dims, origin

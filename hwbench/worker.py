@@ -55,8 +55,12 @@ class Worker:
         env = dict(os.environ if self._env is None else self._env, PYTHONUNBUFFERED="1")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "hwbench.worker", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=self._stderr, stderr=self._stderr,
-            pass_fds=(write_fd,), start_new_session=True, env=env,
+            stdin=subprocess.PIPE,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=env,
         )
         os.close(write_fd)
         self._answers = read_fd
@@ -149,7 +153,7 @@ class Worker:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:

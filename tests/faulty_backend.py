@@ -10,7 +10,7 @@ import ctypes
 import os
 import signal
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -64,11 +64,20 @@ class FaultyBackend(Backend):
     def implementations(self, kernel: str) -> list[Implementation]:
         if kernel != "gemm":
             return []
-        return [Implementation("gemm", b, "native" if b == "good" else "portable", "test", f"behaves: {b}",
-                               ("fp32",)) for b in BEHAVIOURS]
+        return [
+            Implementation("gemm", b, "native" if b == "good" else "portable", "test", f"behaves: {b}", ("fp32",))
+            for b in BEHAVIOURS
+        ]
 
-    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
-                dtype: str, device: DeviceInfo) -> Prepared:
+    def prepare(
+        self,
+        impl: Implementation,
+        kernel: Kernel,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
         if impl.name == "compile_error":
             raise CompileFailure("error: expected ';' at line 3")
         return _Prepared(impl.name, inputs["A"], inputs["B"])

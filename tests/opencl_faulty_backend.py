@@ -6,7 +6,8 @@ it checks that a driver crash becomes a ``crashed`` record and the run goes on.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,15 @@ class FaultyOpenCL(OpenCLBackend):
 
     name = "opencl_faulty"
 
-    def prepare(self, impl: Implementation, kernel: Kernel, inputs: Mapping[str, np.ndarray], shape: Shape,
-                dtype: str, device: DeviceInfo) -> Prepared:
+    def prepare(
+        self,
+        impl: Implementation,
+        kernel: Kernel,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
         wrong = {"M": 1 << 22, "N": 16, "K": 1 << 12}  # row 2**22 of A lies 64 GiB past its buffer
         state = self._state(device)
         return opencl_launch.opencl_c(state, "gemm", inputs, wrong, dtype, device)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import hwbench_cmd
 
 pytest.importorskip("llvmlite")
 
 from hwbench.collective import pattern as patterns  # noqa: E402
 from hwbench.collective.shm import PREFIX, SHM_DIR, CollectiveError, Layout, Segment, ShmAllReduce, segment_name  # noqa: E402
-from hwbench.kernels.allreduce.llvm import load as load_kernels, slice_bounds  # noqa: E402
+from hwbench.kernels.allreduce.llvm import load as load_kernels  # noqa: E402
+from hwbench.kernels.allreduce.llvm import slice_bounds
 from hwbench.kernels.allreduce.spec import KERNEL  # noqa: E402
 from hwbench.results import validate  # noqa: E402
 
@@ -32,7 +32,9 @@ try:
 except ImportError:
     HAS_TORCH = False
 
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed: AllReduce ranks meet through torch.distributed")
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH, reason="torch is not installed: AllReduce ranks meet through torch.distributed"
+)
 
 
 def _segments() -> set[str]:
@@ -135,16 +137,18 @@ def _fork_allreduce(ranks: int, count: int, dtype: str, in_place: bool, rounds: 
     return codes
 
 
-
-@pytest.mark.parametrize("ranks,count,dtype,in_place", [
-    (2, 1, "fp32", False),        # one element: one-shot
-    (3, 1000, "fp32", True),      # one-shot, in place
-    (8, 1024, "fp64", False),     # exactly the slot: one-shot
-    (2, 4097, "fp32", True),      # past the slot: reduce-scatter + all-gather, odd tail
-    (3, 50_001, "fp64", False),   # uneven slices
-    (8, 5, "fp32", False),        # fewer elements than ranks
-    (8, 100_003, "fp32", True),
-])
+@pytest.mark.parametrize(
+    "ranks,count,dtype,in_place",
+    [
+        (2, 1, "fp32", False),  # one element: one-shot
+        (3, 1000, "fp32", True),  # one-shot, in place
+        (8, 1024, "fp64", False),  # exactly the slot: one-shot
+        (2, 4097, "fp32", True),  # past the slot: reduce-scatter + all-gather, odd tail
+        (3, 50_001, "fp64", False),  # uneven slices
+        (8, 5, "fp32", False),  # fewer elements than ranks
+        (8, 100_003, "fp32", True),
+    ],
+)
 def test_shared_memory_allreduce_is_exact(ranks: int, count: int, dtype: str, in_place: bool) -> None:
     before = _segments()
     assert _fork_allreduce(ranks, count, dtype, in_place) == [0] * ranks
@@ -169,9 +173,16 @@ def test_a_rank_that_never_arrives_is_a_timeout_naming_it() -> None:
 
 def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[int, dict, str]:
     out = tmp_path / f"r{time.monotonic_ns()}.json"
-    proc = subprocess.run(hwbench_cmd("run", "--backend", "cpu", "--kernel", "allreduce", "--budget", "0.02",
-                                      "--out", str(out), "--quiet", *args),
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        hwbench_cmd(
+            "run", "--backend", "cpu", "--kernel", "allreduce", "--budget", "0.02", "--out", str(out), "--quiet", *args
+        ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
     doc = json.loads(out.read_text()) if out.exists() else {}
     return proc.returncode, doc, proc.stdout + proc.stderr
 
@@ -180,8 +191,17 @@ def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout:
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_native_and_portable_are_exact_on_local_ranks(tmp_path: Path, ranks: int) -> None:
     before = _segments()
-    code, doc, text = _run(tmp_path, "--ranks", str(ranks), "--impl", "gloo,llvm_shm",
-                           "--shape", "allreduce:count=200", "--shape", "allreduce:count=70000")
+    code, doc, text = _run(
+        tmp_path,
+        "--ranks",
+        str(ranks),
+        "--impl",
+        "gloo,llvm_shm",
+        "--shape",
+        "allreduce:count=200",
+        "--shape",
+        "allreduce:count=70000",
+    )
     assert code == 0, text
     assert validate(doc) == []
     records = [r for r in doc["records"] if r["impl"] != "*"]
@@ -205,16 +225,22 @@ def test_native_and_portable_are_exact_on_local_ranks(tmp_path: Path, ranks: int
 
 
 @needs_torch
-@pytest.mark.parametrize("fault,status,words", [
-    ("1:0:kill", "crashed", "rank 1 was killed by SIGKILL"),
-    ("1:0:hang", "timeout", "still running without an error: rank 1"),
-])
-def test_a_dead_or_stuck_rank_is_a_record_and_the_run_goes_on(tmp_path: Path, fault: str, status: str, words: str) -> None:
+@pytest.mark.parametrize(
+    "fault,status,words",
+    [
+        ("1:0:kill", "crashed", "rank 1 was killed by SIGKILL"),
+        ("1:0:hang", "timeout", "still running without an error: rank 1"),
+    ],
+)
+def test_a_dead_or_stuck_rank_is_a_record_and_the_run_goes_on(
+    tmp_path: Path, fault: str, status: str, words: str
+) -> None:
     marker = f"HWBENCH_TEST_MARKER=fault{time.monotonic_ns()}"
     env = dict(os.environ, HWBENCH_AR_FAULT=fault, HWBENCH_TEST_MARKER=marker.split("=")[1])
     before = _segments()
-    code, doc, text = _run(tmp_path, "--ranks", "2", "--impl", "llvm_shm", "--timeout", "4",
-                           "--shape", "allreduce:count=64", env=env)
+    code, doc, text = _run(
+        tmp_path, "--ranks", "2", "--impl", "llvm_shm", "--timeout", "4", "--shape", "allreduce:count=64", env=env
+    )
     assert code == 1, text
     first, *rest = [r for r in doc["records"] if r["impl"] != "*"]
     assert first["status"] == status and words in first["reason"], first
@@ -231,10 +257,30 @@ def test_ctrl_c_leaves_no_rank_and_no_segment(tmp_path: Path) -> None:
     env = dict(os.environ, HWBENCH_AR_FAULT="1:1:hang", HWBENCH_TEST_MARKER=marker)
     before = _segments()
     out = tmp_path / "c.json"
-    proc = subprocess.Popen(hwbench_cmd("run", "--backend", "cpu", "--kernel", "allreduce", "--ranks", "2",
-                                        "--impl", "llvm_shm", "--budget", "0.02", "--shape", "allreduce:count=64",
-                                        "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.Popen(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "allreduce",
+            "--ranks",
+            "2",
+            "--impl",
+            "llvm_shm",
+            "--budget",
+            "0.02",
+            "--shape",
+            "allreduce:count=64",
+            "--out",
+            str(out),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 120
     while len(_rank_processes(marker)) < 3 and time.monotonic() < deadline:  # the run, its worker, the ranks
         time.sleep(0.2)
@@ -253,13 +299,14 @@ def _torchrun(*commands: list[str], cwd: Path, timeout: float = 240) -> list[tup
     """Run torchrun agents side by side; on a timeout kill each agent's whole session (its ranks too)."""
     logs = [cwd / f"agent{n}.log" for n in range(len(commands))]
     agents = []
-    for command, log in zip(commands, logs):
+    for command, log in zip(commands, logs, strict=False):
         with open(log, "w") as sink:  # files, not pipes: a chatty agent never blocks on a full pipe
-            agents.append(subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd,
-                                           start_new_session=True))
+            agents.append(
+                subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+            )
     results = []
     try:
-        for agent, log in zip(agents, logs):
+        for agent, log in zip(agents, logs, strict=False):
             results.append((agent.wait(timeout=timeout), log.read_text()[-5000:]))
     finally:
         for agent in agents:
@@ -277,10 +324,30 @@ def test_torchrun_ranks_join_and_rank_0_writes_one_file(tmp_path: Path) -> None:
     if not torchrun.exists():
         pytest.skip("torchrun is not installed beside this interpreter")
     out = tmp_path / "tr.json"
-    code, text = _torchrun([str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "hwbench",
-                            "run", "--backend", "cpu", "--kernel", "allreduce", "--impl", "gloo,llvm_shm",
-                            "--budget", "0.02", "--shape", "allreduce:count=5000", "--out", str(out), "--quiet"],
-                           cwd=tmp_path)[0]
+    code, text = _torchrun(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "hwbench",
+            "run",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "allreduce",
+            "--impl",
+            "gloo,llvm_shm",
+            "--budget",
+            "0.02",
+            "--shape",
+            "allreduce:count=5000",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )[0]
     assert code == 0, text
     doc = json.loads(out.read_text())
     assert validate(doc) == []
@@ -299,25 +366,59 @@ def test_two_nodes_are_joined_hierarchically(tmp_path: Path) -> None:
     from hwbench.collective.launch import free_port
 
     port, out = free_port(), tmp_path / "two.json"
-    results = _torchrun(*[[str(torchrun), "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=2",
-                           "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "hwbench", "run",
-                           "--backend", "cpu", "--kernel", "allreduce", "--impl", "llvm_shm", "--budget", "0.02",
-                           "--shape", "allreduce:count=100", "--shape", "allreduce:count=40000",
-                           "--out", str(out), "--quiet"] for node in (0, 1)], cwd=tmp_path)
+    results = _torchrun(
+        *[
+            [
+                str(torchrun),
+                "--nnodes=2",
+                f"--node-rank={node}",
+                "--nproc-per-node=2",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "-m",
+                "hwbench",
+                "run",
+                "--backend",
+                "cpu",
+                "--kernel",
+                "allreduce",
+                "--impl",
+                "llvm_shm",
+                "--budget",
+                "0.02",
+                "--shape",
+                "allreduce:count=100",
+                "--shape",
+                "allreduce:count=40000",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+            for node in (0, 1)
+        ],
+        cwd=tmp_path,
+    )
     assert [code for code, _ in results] == [0, 0], results
     doc = json.loads(out.read_text())
-    assert sorted((p["node"], p["local_rank"]) for p in doc["collective"]["participants"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert sorted((p["node"], p["local_rank"]) for p in doc["collective"]["participants"]) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
     records = [r for r in doc["records"] if r["impl"] != "*"]
     assert len(records) == 4 and all(r["status"] == "ok" and r["parity"]["mismatches"] == 0 for r in records)
     assert "across nodes" in records[-1]["config"]["algorithm"]
 
 
 def test_ranks_must_be_positive_and_need_allreduce(tmp_path: Path) -> None:
-    bad = subprocess.run(hwbench_cmd("run", "--kernel", "allreduce", "--ranks", "0"), capture_output=True, text=True,
-                         cwd=tmp_path)
+    bad = subprocess.run(
+        hwbench_cmd("run", "--kernel", "allreduce", "--ranks", "0"), capture_output=True, text=True, cwd=tmp_path
+    )
     assert bad.returncode == 2 and "--ranks must be a positive" in bad.stderr
-    bad = subprocess.run(hwbench_cmd("run", "--kernel", "gemm", "--ranks", "2"), capture_output=True, text=True,
-                         cwd=tmp_path)
+    bad = subprocess.run(
+        hwbench_cmd("run", "--kernel", "gemm", "--ranks", "2"), capture_output=True, text=True, cwd=tmp_path
+    )
     assert bad.returncode == 2 and "--ranks applies to AllReduce only" in bad.stderr
 
 
@@ -364,13 +465,23 @@ def _triton_env(tmp_path: Path, interpret: bool) -> dict[str, str]:
 def test_triton_reduction_is_exact_under_the_interpreter(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
     pytest.importorskip("torch")
-    proc = subprocess.run([sys.executable, "-c", TRITON_INTERPRETED], capture_output=True, text=True, timeout=300,
-                          env=_triton_env(tmp_path, True))
+    proc = subprocess.run(
+        [sys.executable, "-c", TRITON_INTERPRETED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_triton_env(tmp_path, True),
+    )
     assert proc.returncode == 0 and "exact" in proc.stdout, proc.stderr[-3000:]
 
 
 def test_triton_reduction_cross_compiles_for_nvidia_and_amd(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
-    proc = subprocess.run([sys.executable, "-c", TRITON_CROSS], capture_output=True, text=True, timeout=300,
-                          env=_triton_env(tmp_path, False))
+    proc = subprocess.run(
+        [sys.executable, "-c", TRITON_CROSS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_triton_env(tmp_path, False),
+    )
     assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr[-3000:]

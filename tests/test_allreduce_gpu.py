@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import hwbench_cmd
 
 torch = pytest.importorskip("torch")
@@ -50,9 +49,15 @@ def test_fewer_than_two_gpus_is_a_skip_saying_so(monkeypatch: pytest.MonkeyPatch
 
 def test_selecting_gpu_allreduce_here_is_a_record_saying_why(tmp_path: Path) -> None:
     out = tmp_path / "g.json"
-    proc = subprocess.run(hwbench_cmd("run", "--backend", "cuda,rocm", "--kernel", "allreduce", "--ranks", "2",
-                                      "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        hwbench_cmd(
+            "run", "--backend", "cuda,rocm", "--kernel", "allreduce", "--ranks", "2", "--out", str(out), "--quiet"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     import json
 
@@ -63,17 +68,38 @@ def test_selecting_gpu_allreduce_here_is_a_record_saying_why(tmp_path: Path) -> 
 
 
 def _cuda_cases(ranks: int, devices: int = 2, counts: tuple[int, ...] = (1, 256)) -> list[CaseRequest]:
-    return [CaseRequest("allreduce", impl, "cuda", index, "fp32", {"count": n, "ranks": ranks}, 0,
-                        {"budget_s": 0.01, "warmup_s": 0.0})
-            for index in range(devices) for n in counts for impl in ("nccl", "triton_symm")]
+    return [
+        CaseRequest(
+            "allreduce",
+            impl,
+            "cuda",
+            index,
+            "fp32",
+            {"count": n, "ranks": ranks},
+            0,
+            {"budget_s": 0.01, "warmup_s": 0.0},
+        )
+        for index in range(devices)
+        for n in counts
+        for impl in ("nccl", "triton_symm")
+    ]
 
 
 def _described(devices: int) -> list[dict]:
     backend = CUDABackend()
-    impls = [{"name": i.name, "kind": i.kind, "language": i.language, "dtypes": list(i.dtypes)}
-             for i in backend.implementations("allreduce")]
-    return [{"name": "cuda", "available": True, "reason": "", "implementations": {"allreduce": impls},
-             "devices": [{"index": i, "name": "GPU", "vendor": "NVIDIA", "kind": "gpu"} for i in range(devices)]}]
+    impls = [
+        {"name": i.name, "kind": i.kind, "language": i.language, "dtypes": list(i.dtypes)}
+        for i in backend.implementations("allreduce")
+    ]
+    return [
+        {
+            "name": "cuda",
+            "available": True,
+            "reason": "",
+            "implementations": {"allreduce": impls},
+            "devices": [{"index": i, "name": "GPU", "vendor": "NVIDIA", "kind": "gpu"} for i in range(devices)],
+        }
+    ]
 
 
 def test_gpu_cases_run_once_per_node_and_the_profile_sweep_reaches_256_mib() -> None:
@@ -102,12 +128,15 @@ def test_gpu_cases_without_gpus_are_skipped_not_launched(monkeypatch: pytest.Mon
 def test_gpu_ranks_without_a_gpu_end_as_records_not_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Even launched (the support check bypassed), ranks that find no GPU give one record per case."""
     monkeypatch.setattr(run, "_support", lambda case, backends: None)
-    records, interrupted, info = run.run_collective(_cuda_cases(2, devices=1, counts=(64,)), _described(1), 20.0,
-                                                    dtypes=["fp32"])
+    records, interrupted, info = run.run_collective(
+        _cuda_cases(2, devices=1, counts=(64,)), _described(1), 20.0, dtypes=["fp32"]
+    )
     assert not interrupted and len(info["launches"]) == 1
     assert len(records) == 2 * 2
     for r in records:
-        assert r["status"] == "skipped" and re.search(r"local rank [01] needs GPU [01]; this node has 0", r["reason"]), r
+        assert r["status"] == "skipped" and re.search(
+            r"local rank [01] needs GPU [01]; this node has 0", r["reason"]
+        ), r
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

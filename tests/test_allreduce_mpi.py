@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
 from test_allreduce import _rank_processes, _run, _segments, needs_torch
 
@@ -27,8 +26,17 @@ needs_mpi = pytest.mark.skipif(bool(mpi.missing()), reason=mpi.missing() or "MPI
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_mpi_is_exact_beside_gloo_and_llvm_shm(tmp_path: Path, ranks: int) -> None:
     before = _segments()
-    code, doc, text = _run(tmp_path, "--ranks", str(ranks), "--impl", "gloo,mpi,llvm_shm",
-                           "--shape", "allreduce:count=200", "--shape", "allreduce:count=70000")
+    code, doc, text = _run(
+        tmp_path,
+        "--ranks",
+        str(ranks),
+        "--impl",
+        "gloo,mpi,llvm_shm",
+        "--shape",
+        "allreduce:count=200",
+        "--shape",
+        "allreduce:count=70000",
+    )
     assert code == 0, text
     assert validate(doc) == []
     records = [r for r in doc["records"] if r["impl"] != "*"]
@@ -49,16 +57,20 @@ def test_mpi_is_exact_beside_gloo_and_llvm_shm(tmp_path: Path, ranks: int) -> No
 
 @needs_torch
 @needs_mpi
-@pytest.mark.parametrize("fault,status,words", [
-    ("1:0:kill", "crashed", "rank 1 was killed by SIGKILL"),
-    ("1:0:hang", "timeout", "still running without an error: rank 1"),
-])
+@pytest.mark.parametrize(
+    "fault,status,words",
+    [
+        ("1:0:kill", "crashed", "rank 1 was killed by SIGKILL"),
+        ("1:0:hang", "timeout", "still running without an error: rank 1"),
+    ],
+)
 def test_a_dead_or_stuck_mpi_rank_is_a_record(tmp_path: Path, fault: str, status: str, words: str) -> None:
     marker = f"mpifault{time.monotonic_ns()}"
     env = dict(os.environ, HWBENCH_AR_FAULT=fault, HWBENCH_TEST_MARKER=marker)
     before = _segments()
-    code, doc, text = _run(tmp_path, "--ranks", "2", "--impl", "mpi", "--timeout", "3",
-                           "--shape", "allreduce:count=64", env=env)
+    code, doc, text = _run(
+        tmp_path, "--ranks", "2", "--impl", "mpi", "--timeout", "3", "--shape", "allreduce:count=64", env=env
+    )
     assert code == 1, text
     first, rest = [r for r in doc["records"] if r["impl"] != "*"]
     assert first["status"] == status and words in first["reason"], first
@@ -76,10 +88,30 @@ def test_ctrl_c_leaves_no_mpirun_and_no_rank(tmp_path: Path) -> None:
     env = dict(os.environ, HWBENCH_AR_FAULT="1:1:hang", HWBENCH_TEST_MARKER=marker)
     before = _segments()
     out = tmp_path / "c.json"
-    proc = subprocess.Popen(hwbench_cmd("run", "--backend", "cpu", "--kernel", "allreduce", "--ranks", "2",
-                                        "--impl", "mpi", "--budget", "0.02", "--shape", "allreduce:count=64",
-                                        "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.Popen(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "allreduce",
+            "--ranks",
+            "2",
+            "--impl",
+            "mpi",
+            "--budget",
+            "0.02",
+            "--shape",
+            "allreduce:count=64",
+            "--out",
+            str(out),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 120
     while len(_rank_processes(marker)) < 4 and time.monotonic() < deadline:  # run, worker, mpirun, ranks
         time.sleep(0.2)
@@ -94,9 +126,11 @@ def test_ctrl_c_leaves_no_mpirun_and_no_rank(tmp_path: Path) -> None:
 
 
 def test_mpirun_reports_become_per_rank_codes() -> None:
-    killed = ("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n")
-    exited = ("the job to be terminated. The first process to do so was:\n\n  Process name: [[29071,1],2]\n"
-              "  Exit code:    3\n")
+    killed = "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n"
+    exited = (
+        "the job to be terminated. The first process to do so was:\n\n  Process name: [[29071,1],2]\n"
+        "  Exit code:    3\n"
+    )
     assert mpi.exit_codes(killed, 3) == [None, -9, None]
     assert mpi.exit_codes(exited, 3) == [None, None, 3]
     assert mpi.exit_codes("", 2) == [None, None]

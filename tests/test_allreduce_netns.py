@@ -13,8 +13,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -42,23 +42,51 @@ def two_hosts() -> Iterator[list[tuple[str, str, str]]]:
             except FileNotFoundError:
                 pytest.skip("iproute2 ('ip') is not installed")
             if result.returncode != 0:
-                pytest.skip(f"cannot make network namespaces here (needs root / CAP_NET_ADMIN): {result.stderr.strip()}")
+                pytest.skip(
+                    f"cannot make network namespaces here (needs root / CAP_NET_ADMIN): {result.stderr.strip()}"
+                )
             made.append(name)
         links = [f"{tag}x", f"{tag}y"]
-        steps = [["link", "add", links[0], "netns", names[0], "type", "veth", "peer", "name", links[1], "netns", names[1]]]
+        steps = [
+            ["link", "add", links[0], "netns", names[0], "type", "veth", "peer", "name", links[1], "netns", names[1]]
+        ]
         hosts = []
-        for n, (name, link) in enumerate(zip(names, links)):
+        for n, (name, link) in enumerate(zip(names, links, strict=False)):
             address = f"{SUBNET}.{n + 1}"
-            steps += [["-n", name, "addr", "add", f"{address}/24", "dev", link], ["-n", name, "link", "set", link, "up"],
-                      ["-n", name, "link", "set", "lo", "up"]]
+            steps += [
+                ["-n", name, "addr", "add", f"{address}/24", "dev", link],
+                ["-n", name, "link", "set", link, "up"],
+                ["-n", name, "link", "set", "lo", "up"],
+            ]
             hosts.append((name, link, address))
         for step in steps:
             result = _ip(*step)
             assert result.returncode == 0, f"ip {' '.join(step)}: {result.stderr}"
         for name, link, _ in hosts:
-            tc = subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", link, "root", "tbf", "rate",
-                                 f"{RATE_MBIT}mbit", "burst", "32kbit", "latency", "50ms"],
-                                capture_output=True, text=True, timeout=30)
+            tc = subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    name,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    link,
+                    "root",
+                    "tbf",
+                    "rate",
+                    f"{RATE_MBIT}mbit",
+                    "burst",
+                    "32kbit",
+                    "latency",
+                    "50ms",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if tc.returncode != 0:
                 pytest.skip(f"cannot add a tbf qdisc here: {tc.stderr.strip()}")
         yield hosts
@@ -69,18 +97,58 @@ def two_hosts() -> Iterator[list[tuple[str, str, str]]]:
 
 def _rank_command(host: tuple[str, str, str], rank: int, master: str, out: Path) -> list[str]:
     name, link, _ = host
-    env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank),
-           "MASTER_ADDR": master, "MASTER_PORT": str(PORT), "GLOO_SOCKET_IFNAME": link}
-    return ["ip", "netns", "exec", name, "env", *[f"{k}={v}" for k, v in env.items()], sys.executable, "-m", "hwbench",
-            "run", "--backend", "cpu", "--kernel", "allreduce", "--impl", "gloo,llvm_shm", "--budget", "0.5",
-            "--timeout", "60", "--shape", "allreduce:count=1048576", "--out", str(out), "--quiet"]
+    env = {
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(PORT),
+        "GLOO_SOCKET_IFNAME": link,
+    }
+    return [
+        "ip",
+        "netns",
+        "exec",
+        name,
+        "env",
+        *[f"{k}={v}" for k, v in env.items()],
+        sys.executable,
+        "-m",
+        "hwbench",
+        "run",
+        "--backend",
+        "cpu",
+        "--kernel",
+        "allreduce",
+        "--impl",
+        "gloo,llvm_shm",
+        "--budget",
+        "0.5",
+        "--timeout",
+        "60",
+        "--shape",
+        "allreduce:count=1048576",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
 
 
 def test_inter_node_busbw_follows_the_link_limit(two_hosts: list[tuple[str, str, str]], tmp_path: Path) -> None:
     out = tmp_path / "netns.json"
     master = two_hosts[0][2]
-    ranks = [subprocess.Popen(_rank_command(host, rank, master, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, cwd=tmp_path) for rank, host in enumerate(two_hosts)]
+    ranks = [
+        subprocess.Popen(
+            _rank_command(host, rank, master, out),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp_path,
+        )
+        for rank, host in enumerate(two_hosts)
+    ]
     try:
         texts = [r.communicate(timeout=300)[0] for r in ranks]
     finally:

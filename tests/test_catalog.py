@@ -24,14 +24,20 @@ def test_shipped_catalog_loads(catalog: Catalog) -> None:
 
 
 def test_every_device_has_source_and_as_of(catalog: Catalog) -> None:
-    missing = [key for key, entry in catalog.devices.items()
-               if not str(entry.get("source", "")).strip() or not str(entry.get("as_of", "")).strip()]
+    missing = [
+        key
+        for key, entry in catalog.devices.items()
+        if not str(entry.get("source", "")).strip() or not str(entry.get("as_of", "")).strip()
+    ]
     assert missing == []
 
 
 def test_every_price_row_has_source_and_as_of(catalog: Catalog) -> None:
-    missing = [(row.get("provider"), row.get("instance")) for row in catalog.prices
-               if not str(row.get("source", "")).strip() or not str(row.get("as_of", "")).strip()]
+    missing = [
+        (row.get("provider"), row.get("instance"))
+        for row in catalog.prices
+        if not str(row.get("source", "")).strip() or not str(row.get("as_of", "")).strip()
+    ]
     assert missing == []
 
 
@@ -44,16 +50,19 @@ def test_every_price_row_names_a_catalog_device_and_a_positive_price(catalog: Ca
             assert row["usd_per_gpu_hour"] == pytest.approx(row["usd_per_hour"] / row["gpus"], rel=1e-3), row
 
 
-@pytest.mark.parametrize("name,key", [
-    ("NVIDIA H200", "nvidia-h200-sxm"),
-    ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),
-    ("NVIDIA A100-SXM4-80GB", "nvidia-a100-sxm-80gb"),
-    ("NVIDIA A10G", "nvidia-a10g"),       # longest pattern wins over "NVIDIA A10"
-    ("NVIDIA L40S", "nvidia-l40s"),       # over "L4"
-    ("AMD Instinct MI300X", "amd-mi300x"),
-    ("Intel(R) Xeon(R) Platinum 8480+", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        ("NVIDIA H200", "nvidia-h200-sxm"),
+        ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),
+        ("NVIDIA A100-SXM4-80GB", "nvidia-a100-sxm-80gb"),
+        ("NVIDIA A10G", "nvidia-a10g"),  # longest pattern wins over "NVIDIA A10"
+        ("NVIDIA L40S", "nvidia-l40s"),  # over "L4"
+        ("AMD Instinct MI300X", "amd-mi300x"),
+        ("Intel(R) Xeon(R) Platinum 8480+", None),
+        ("", None),
+    ],
+)
 def test_match(catalog: Catalog, name: str, key: str | None) -> None:
     assert catalog.match(name) == key
 
@@ -77,8 +86,8 @@ def test_peak(catalog: Catalog) -> None:
 
 
 def test_peak_missing(catalog: Catalog) -> None:
-    assert catalog.peak("nvidia-a10g", "fp32") is None      # no peak_tflops at all
-    assert catalog.peak("nvidia-l40s", "fp64") is None      # dtype not published
+    assert catalog.peak("nvidia-a10g", "fp32") is None  # no peak_tflops at all
+    assert catalog.peak("nvidia-l40s", "fp64") is None  # dtype not published
     assert catalog.peak("no-such-device", "fp32") is None
 
 
@@ -106,14 +115,15 @@ def test_price_without_device_or_offer(catalog: Catalog) -> None:
     assert catalog.price(None) is None
     assert catalog.price("no-such-device") is None
     assert catalog.price("intel-gaudi3") is None  # no price rows at all
-    assert catalog.price("cpu-aws-c7a") is None   # rows priced per instance, none per device
+    assert catalog.price("cpu-aws-c7a") is None  # rows priced per instance, none per device
 
 
 def test_price_of_instance(catalog: Catalog) -> None:
     quote = catalog.price(None, instance="c7a.xlarge")
     row = next(r for r in catalog.prices if r.get("instance") == "c7a.xlarge")
-    assert quote == PriceQuote(row["usd_per_hour"], row["source"], row["as_of"],
-                               f"{row['provider']} c7a.xlarge ({row['pricing']})")
+    assert quote == PriceQuote(
+        row["usd_per_hour"], row["source"], row["as_of"], f"{row['provider']} c7a.xlarge ({row['pricing']})"
+    )
     assert quote.usd_per_hour == 0.2053
 
 

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
 
 
@@ -27,9 +26,23 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path_factory.mktemp("run") / "small.json"
-    result = hwbench("run", "--backend", "cpu", "--kernel", "gemm,attention",
-                     "--shape", "gemm:M=37,N=45,K=29", "--shape", "attention:B=1,H=2,S=33,D=20,causal=1",
-                     "--budget", "0.02", "--price-per-hour", "0.5", "--out", str(out))
+    result = hwbench(
+        "run",
+        "--backend",
+        "cpu",
+        "--kernel",
+        "gemm,attention",
+        "--shape",
+        "gemm:M=37,N=45,K=29",
+        "--shape",
+        "attention:B=1,H=2,S=33,D=20,causal=1",
+        "--budget",
+        "0.02",
+        "--price-per-hour",
+        "0.5",
+        "--out",
+        str(out),
+    )
     return result, out
 
 
@@ -84,23 +97,26 @@ def test_list_json_names_every_backend_with_a_reason() -> None:
     assert {k["name"] for k in data["kernels"]} == {"gemm", "attention", "allreduce"}
 
 
-@pytest.mark.parametrize("args,words", [
-    (("run", "--backend", "tpu"), ("unknown backend 'tpu'", "cpu")),
-    (("run", "--kernel", "conv"), ("unknown kernel 'conv'", "gemm")),
-    (("run", "--dtype", "fp8"), ("unknown dtype 'fp8'", "fp32")),
-    (("run", "--shape", "gemm:M=10,N=10"), ("needs K=",)),
-    (("run", "--shape", "gemm M=10"), ("malformed --shape",)),
-    (("run", "--shape", "gemm:M=ten,N=1,K=1"), ("not an integer",)),
-    (("run", "--shape", "gemm:M=1,N=1,K=1,Q=3"), ("no dimension 'Q'",)),
-    (("run", "--shape", "conv:M=1"), ("unknown kernel 'conv'",)),
-    (("run", "--shape", "gemm:M=2000000,N=2000000,K=2000000"), ("GiB", "smaller shape")),
-    (("run", "--timeout", "0"), ("--timeout",)),
-    (("run", "--price-per-hour", "-1"), ("--price-per-hour",)),
-    (("run", "--instance", "nosuch.large"), ("no price for instance",)),
-    (("run", "--kernel", "gemm", "--shape", "attention:S=4"), ("--kernel does not select",)),
-    (("run", "--device", "cpu"), ("BACKEND:INDEX",)),
-    (("show", "/nonexistent/x.json"), ("no such file",)),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("run", "--backend", "tpu"), ("unknown backend 'tpu'", "cpu")),
+        (("run", "--kernel", "conv"), ("unknown kernel 'conv'", "gemm")),
+        (("run", "--dtype", "fp8"), ("unknown dtype 'fp8'", "fp32")),
+        (("run", "--shape", "gemm:M=10,N=10"), ("needs K=",)),
+        (("run", "--shape", "gemm M=10"), ("malformed --shape",)),
+        (("run", "--shape", "gemm:M=ten,N=1,K=1"), ("not an integer",)),
+        (("run", "--shape", "gemm:M=1,N=1,K=1,Q=3"), ("no dimension 'Q'",)),
+        (("run", "--shape", "conv:M=1"), ("unknown kernel 'conv'",)),
+        (("run", "--shape", "gemm:M=2000000,N=2000000,K=2000000"), ("GiB", "smaller shape")),
+        (("run", "--timeout", "0"), ("--timeout",)),
+        (("run", "--price-per-hour", "-1"), ("--price-per-hour",)),
+        (("run", "--instance", "nosuch.large"), ("no price for instance",)),
+        (("run", "--kernel", "gemm", "--shape", "attention:S=4"), ("--kernel does not select",)),
+        (("run", "--device", "cpu"), ("BACKEND:INDEX",)),
+        (("show", "/nonexistent/x.json"), ("no such file",)),
+    ],
+)
 def test_bad_input_is_one_line(args: tuple[str, ...], words: tuple[str, ...]) -> None:
     assert_one_line_error(hwbench(*args, timeout=60), *words)
 
@@ -126,8 +142,21 @@ def test_bad_results_files(tmp_path: Path) -> None:
 
 def test_a_device_that_does_not_exist_is_a_skipped_record(tmp_path: Path) -> None:
     out = tmp_path / "nodevice.json"
-    result = hwbench("run", "--backend", "cpu", "--kernel", "gemm", "--shape", "gemm:M=8,N=8,K=8",
-                     "--device", "cpu:7", "--budget", "0.01", "--out", str(out))
+    result = hwbench(
+        "run",
+        "--backend",
+        "cpu",
+        "--kernel",
+        "gemm",
+        "--shape",
+        "gemm:M=8,N=8,K=8",
+        "--device",
+        "cpu:7",
+        "--budget",
+        "0.01",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
     assert [r["status"] for r in doc["records"]] == ["skipped"]

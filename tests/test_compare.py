@@ -18,12 +18,15 @@ BASE, SAME, REGRESSED = DATA / "cpu-base.json", DATA / "cpu-new-same.json", DATA
 SHAPE = {"M": 8, "N": 8, "K": 8}
 
 
-@pytest.mark.parametrize("x,y,u,p,method", [
-    ([1, 2, 3], [4, 5, 6], 0.0, 2 / 20, "exact"),               # 1 of C(6,3) = 20 orderings, both tails
-    ([1, 2, 3, 4], [5, 6, 7, 8], 0.0, 2 / 70, "exact"),         # C(8,4) = 70
-    ([1, 3, 5], [2, 4, 6], 3.0, 2 * 7 / 20, "exact"),           # P(U <= 3) = (1 + 1 + 2 + 3) / 20
-    ([4, 5, 6], [1, 2, 3], 9.0, 2 / 20, "exact"),
-])
+@pytest.mark.parametrize(
+    "x,y,u,p,method",
+    [
+        ([1, 2, 3], [4, 5, 6], 0.0, 2 / 20, "exact"),  # 1 of C(6,3) = 20 orderings, both tails
+        ([1, 2, 3, 4], [5, 6, 7, 8], 0.0, 2 / 70, "exact"),  # C(8,4) = 70
+        ([1, 3, 5], [2, 4, 6], 3.0, 2 * 7 / 20, "exact"),  # P(U <= 3) = (1 + 1 + 2 + 3) / 20
+        ([4, 5, 6], [1, 2, 3], 9.0, 2 / 20, "exact"),
+    ],
+)
 def test_u_test_exact(x: list[float], y: list[float], u: float, p: float, method: str) -> None:
     test = mann_whitney_u(x, y)
     assert (test.u, test.method) == (u, method)
@@ -57,8 +60,12 @@ def test_u_test_agrees_with_scipy_when_installed() -> None:
 
 
 def _case(doc: dict, kernel: str, impl: str, dtype: str, **shape: int) -> dict:
-    hits = [c for c in doc["cases"] if (c["kernel"], c["impl"], c["dtype"]) == (kernel, impl, dtype)
-            and all(c["shape"][k] == v for k, v in shape.items())]
+    hits = [
+        c
+        for c in doc["cases"]
+        if (c["kernel"], c["impl"], c["dtype"]) == (kernel, impl, dtype)
+        and all(c["shape"][k] == v for k, v in shape.items())
+    ]
     assert len(hits) == 1
     return hits[0]
 
@@ -78,8 +85,10 @@ def test_frozen_regressed() -> None:
     assert doc["regressions"] == 2
     assert [(k["impl"], k["dtype"], k["shape"]["M"]) for k in doc["only_base"]] == [("numpy", "fp64", 64)]
     assert [(k["impl"], k["dtype"], k["shape"]["M"]) for k in doc["only_new"]] == [("llvm", "fp32", 128)]
-    assert doc["warnings"] == ["hosts differ: hostname vm -> ci-runner-b",
-                               f"software stacks differ: numpy {json.loads(BASE.read_text())['software']['numpy']} -> 9.9.9"]
+    assert doc["warnings"] == [
+        "hosts differ: hostname vm -> ci-runner-b",
+        f"software stacks differ: numpy {json.loads(BASE.read_text())['software']['numpy']} -> 9.9.9",
+    ]
 
 
 def test_frozen_cli_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,10 +107,14 @@ def test_frozen_cli_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _pair(tmp_path: Path, base: list[float], new: list[float], **extra: object) -> tuple[Path, Path]:
-    a = write(tmp_path / "a.json", document([record("gemm", "llvm", "fp32", SHAPE, sorted(base)[len(base) // 2],
-                                                    samples=base, **extra)]))
-    b = write(tmp_path / "b.json", document([record("gemm", "llvm", "fp32", SHAPE, sorted(new)[len(new) // 2],
-                                                    samples=new, **extra)]))
+    a = write(
+        tmp_path / "a.json",
+        document([record("gemm", "llvm", "fp32", SHAPE, sorted(base)[len(base) // 2], samples=base, **extra)]),
+    )
+    b = write(
+        tmp_path / "b.json",
+        document([record("gemm", "llvm", "fp32", SHAPE, sorted(new)[len(new) // 2], samples=new, **extra)]),
+    )
     return a, b
 
 
@@ -126,10 +139,42 @@ def test_threshold_and_noise(tmp_path: Path) -> None:
 
 
 def test_records_without_samples_compare_medians(tmp_path: Path) -> None:
-    a = write(tmp_path / "a.json", document([record("storage", "fio_randread", None, {"block_bytes": 4096}, 4e-4,
-                                                    backend="fio", device="nfs", samples=[], iops=1000.0)]))
-    b = write(tmp_path / "b.json", document([record("storage", "fio_randread", None, {"block_bytes": 4096}, 5e-4,
-                                                    backend="fio", device="nfs", samples=[], iops=800.0)]))
+    a = write(
+        tmp_path / "a.json",
+        document(
+            [
+                record(
+                    "storage",
+                    "fio_randread",
+                    None,
+                    {"block_bytes": 4096},
+                    4e-4,
+                    backend="fio",
+                    device="nfs",
+                    samples=[],
+                    iops=1000.0,
+                )
+            ]
+        ),
+    )
+    b = write(
+        tmp_path / "b.json",
+        document(
+            [
+                record(
+                    "storage",
+                    "fio_randread",
+                    None,
+                    {"block_bytes": 4096},
+                    5e-4,
+                    backend="fio",
+                    device="nfs",
+                    samples=[],
+                    iops=800.0,
+                )
+            ]
+        ),
+    )
     case = compare(load_checked(a), load_checked(b), thresholds=[parse_fail_on("median:10%")])["cases"][0]
     assert case["verdict"] == "slower" and case["regression"] and case["p"] is None and "medians only" in case["test"]
 
@@ -141,10 +186,15 @@ def test_duplicate_case_warns(tmp_path: Path) -> None:
     assert len(doc["cases"]) == 1 and "appears twice" in doc["warnings"][0]
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("median:5", "as a percentage"), ("p90:5%", "STAT one of median, mean, min"), ("median:abc%", "not a percentage"),
-    ("median", "STAT:N%"),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("median:5", "as a percentage"),
+        ("p90:5%", "STAT one of median, mean, min"),
+        ("median:abc%", "not a percentage"),
+        ("median", "STAT:N%"),
+    ],
+)
 def test_bad_fail_on(value: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(BASE), str(SAME), "--fail-on", value]) == 2
     err = capsys.readouterr().err

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
+
 from hwbench.compile_stats import amdgcn_stats, tensor_core_counts
 from hwbench.results import validate
 
@@ -25,8 +25,12 @@ TARGETS = ("sm_90", "gfx942")
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("compile") / "compile.json"
-    proc = subprocess.run(hwbench_cmd("compile", "--target", ",".join(TARGETS), "--out", str(out), "--quiet"),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        hwbench_cmd("compile", "--target", ",".join(TARGETS), "--out", str(out), "--quiet"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     doc["_stdout"] = proc.stdout
@@ -89,16 +93,24 @@ def test_summary_is_printed(compiled: dict) -> None:
 
 @pytest.mark.parametrize("target", ["sm_xx", "gfx", "cuda", ""])
 def test_bad_target_is_one_line_and_exit_2(tmp_path: Path, target: str) -> None:
-    proc = subprocess.run(hwbench_cmd("compile", "--target", target, "--out", str(tmp_path / "x.json")),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        hwbench_cmd("compile", "--target", target, "--out", str(tmp_path / "x.json")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--target" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_unknown_kernel_is_rejected(tmp_path: Path) -> None:
-    proc = subprocess.run(hwbench_cmd("compile", "--kernel", "allreduce", "--out", str(tmp_path / "x.json")),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        hwbench_cmd("compile", "--kernel", "allreduce", "--out", str(tmp_path / "x.json")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "unknown --kernel 'allreduce'" in proc.stderr
 
 
@@ -124,9 +136,11 @@ def test_amdgcn_metadata_parser() -> None:
 
 
 def test_ptx_tensor_core_counter() -> None:
-    ptx = "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};\n" \
-          "\twgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;\n" \
-          "\twgmma.fence.sync.aligned;\n// mma.sync in a comment\n"
+    ptx = (
+        "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};\n"
+        "\twgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;\n"
+        "\twgmma.fence.sync.aligned;\n// mma.sync in a comment\n"
+    )
     assert tensor_core_counts(ptx) == {"mma": 1, "wgmma": 1, "mfma": 0}
 
 
@@ -136,10 +150,12 @@ def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:
     ptxas = find_ptxas(prefer_triton=False)
     if ptxas is None:
         pytest.skip("no ptxas on PATH and none bundled with Triton")
-    ptx = (".version 7.8\n.target sm_80\n.address_size 64\n"
-           ".visible .entry k(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n.reg .f32 %f<2>;\n"
-           "ld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd1, %rd1;\nmov.f32 %f1, 0f3F800000;\n"
-           "st.global.f32 [%rd1], %f1;\nret;\n}\n")
+    ptx = (
+        ".version 7.8\n.target sm_80\n.address_size 64\n"
+        ".visible .entry k(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n.reg .f32 %f<2>;\n"
+        "ld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd1, %rd1;\nmov.f32 %f1, 0f3F800000;\n"
+        "st.global.f32 [%rd1], %f1;\nret;\n}\n"
+    )
     stats = ptxas_stats(ptx, ptxas)
     assert stats["registers"] is not None and 0 < stats["registers"] < 32
     assert stats["spill_stores_bytes"] == 0 and stats["spilled"] is False

@@ -51,8 +51,15 @@ def test_cpu_device_reports_a_measured_peak() -> None:
     assert device.peak is not None
     fp32 = device.peak.tflops["fp32"]
     assert fp32 == pytest.approx(2 * device.peak.tflops["fp64"])
-    expected = (device.compute_units * device.extra["vector_bits"] / 32 * 2 * device.extra["fma_units"]
-                * device.extra["clock_ghz"] / 1e3)
+    expected = (
+        device.compute_units
+        * device.extra["vector_bits"]
+        / 32
+        * 2
+        * device.extra["fma_units"]
+        * device.extra["clock_ghz"]
+        / 1e3
+    )
     assert fp32 == pytest.approx(expected)
     assert 0.3 < device.extra["clock_ghz"] < 7.0
     assert "measured" in device.peak.method and "GHz" in device.peak.method

@@ -15,34 +15,79 @@ from hwbench.results import validate
 SHAPE = {"M": 1000, "N": 1000, "K": 1000}  # 2e9 flops, 1.2e7 bytes in fp32
 
 
-def _record(impl: str, kind: str | None, median: float | None, status: str = "ok", *, backend: str = "cpu",
-            device_index: int | None = 0, dtype: str = "fp32", shape: dict | None = None,
-            kernel: str = "gemm") -> dict[str, Any]:
+def _record(
+    impl: str,
+    kind: str | None,
+    median: float | None,
+    status: str = "ok",
+    *,
+    backend: str = "cpu",
+    device_index: int | None = 0,
+    dtype: str = "fp32",
+    shape: dict | None = None,
+    kernel: str = "gemm",
+) -> dict[str, Any]:
     return {
-        "kernel": kernel, "impl": impl, "impl_kind": kind, "language": "test", "backend": backend,
-        "device": "Test CPU", "device_index": device_index, "dtype": dtype, "shape": dict(shape or SHAPE),
-        "status": status, "reason": "" if status == "ok" else f"{status} on purpose",
+        "kernel": kernel,
+        "impl": impl,
+        "impl_kind": kind,
+        "language": "test",
+        "backend": backend,
+        "device": "Test CPU",
+        "device_index": device_index,
+        "dtype": dtype,
+        "shape": dict(shape or SHAPE),
+        "status": status,
+        "reason": "" if status == "ok" else f"{status} on purpose",
         "parity": {"max_abs_err": None, "max_rel_err": None, "atol": None, "rtol": None, "passed": None},
-        "timing": {"median_s": median, "iqr_s": None, "cv": None, "n": 0 if median is None else 10,
-                   "timer": None if median is None else "perf_counter"},
+        "timing": {
+            "median_s": median,
+            "iqr_s": None,
+            "cv": None,
+            "n": 0 if median is None else 10,
+            "timer": None if median is None else "perf_counter",
+        },
         "metrics": {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None},
     }
 
 
 def _doc(records: list[dict[str, Any]], price: dict | None, devices: list[dict] | None = None) -> dict[str, Any]:
-    devices = devices if devices is not None else [
-        {"backend": "cpu", "index": 0, "name": "Test CPU", "vendor": "test", "kind": "cpu",
-         "peak": {"tflops": {"fp32": 2.0, "fp64": 1.0}, "method": "measured fma loop"}},
-        {"backend": "cpu", "index": 1, "name": "Other CPU", "vendor": "test", "kind": "cpu", "peak": None},
-    ]
+    devices = (
+        devices
+        if devices is not None
+        else [
+            {
+                "backend": "cpu",
+                "index": 0,
+                "name": "Test CPU",
+                "vendor": "test",
+                "kind": "cpu",
+                "peak": {"tflops": {"fp32": 2.0, "fp64": 1.0}, "method": "measured fma loop"},
+            },
+            {"backend": "cpu", "index": 1, "name": "Other CPU", "vendor": "test", "kind": "cpu", "peak": None},
+        ]
+    )
     return {
-        "schema_version": 1, "kind": "hwbench-results",
-        "run": {"id": "r", "started": "2026-01-01T00:00:00+00:00", "finished": None, "incomplete": False,
-                "command": ["hwbench", "run"], "seed": 0, "price": price, "hwbench": {"version": "0.1.0"}},
+        "schema_version": 1,
+        "kind": "hwbench-results",
+        "run": {
+            "id": "r",
+            "started": "2026-01-01T00:00:00+00:00",
+            "finished": None,
+            "incomplete": False,
+            "command": ["hwbench", "run"],
+            "seed": 0,
+            "price": price,
+            "hwbench": {"version": "0.1.0"},
+        },
         "host": {"hostname": "h", "os": "Linux", "cpu": {"model": "Test CPU", "cores": 4}},
-        "software": {}, "settings": {}, "warnings": [],
-        "backends": [{"name": "cpu", "available": True, "reason": "", "devices": devices},
-                     {"name": "cuda", "available": False, "reason": "no GPU", "devices": []}],
+        "software": {},
+        "settings": {},
+        "warnings": [],
+        "backends": [
+            {"name": "cpu", "available": True, "reason": "", "devices": devices},
+            {"name": "cuda", "available": False, "reason": "no GPU", "devices": []},
+        ],
         "records": records,
     }
 
@@ -59,12 +104,12 @@ def catalog() -> Catalog:
 def derived(catalog: Catalog) -> dict[str, Any]:
     records = [
         _record("*", None, None, "skipped", backend="cuda", device_index=-1, dtype="", shape={}),
-        _record("portable", "portable", 0.02),                    # listed before its native
-        _record("blas", "native", 0.01),                          # the first native: the twin
-        _record("other-native", "native", 0.005),                 # a later native is not used
+        _record("portable", "portable", 0.02),  # listed before its native
+        _record("blas", "native", 0.01),  # the first native: the twin
+        _record("other-native", "native", 0.005),  # a later native is not used
         _record("broken", "portable", None, "parity_failed"),
-        _record("portable", "portable", 0.04, dtype="fp64"),      # no fp64 native
-        _record("portable", "portable", 0.02, device_index=1),    # other device, no native there
+        _record("portable", "portable", 0.04, dtype="fp64"),  # no fp64 native
+        _record("portable", "portable", 0.02, device_index=1),  # other device, no native there
     ]
     doc = _doc(records, PRICE)
     add_metrics(doc, catalog)
@@ -82,12 +127,12 @@ def test_tflops_gbps_from_flops_and_median(derived) -> None:
 
 def test_pct_peak_from_the_devices_own_peak(derived) -> None:
     native, portable, fp64 = (derived["records"][i]["metrics"] for i in (2, 1, 5))
-    assert native["pct_peak"] == pytest.approx(10.0)      # 0.2 of 2.0 TFLOPS
+    assert native["pct_peak"] == pytest.approx(10.0)  # 0.2 of 2.0 TFLOPS
     assert native["peak_tflops"] == 2.0
     assert native["peak_source"] == "measured fma loop"
     assert portable["pct_peak"] == pytest.approx(5.0)
     assert fp64["tflops"] == pytest.approx(0.05)
-    assert fp64["pct_peak"] == pytest.approx(5.0)         # 0.05 of the fp64 peak 1.0
+    assert fp64["pct_peak"] == pytest.approx(5.0)  # 0.05 of the fp64 peak 1.0
 
 
 def test_no_peak_gives_none(derived) -> None:
@@ -165,16 +210,27 @@ def test_catalog_peak_and_price_by_device_name(catalog: Catalog) -> None:
     assert m["peak_tflops"] == peak
     assert m["pct_peak"] == pytest.approx(100 * 2.0 / peak)
     assert m["peak_source"].startswith("datasheet nvidia-h200-sxm (")
-    rows = [r["usd_per_gpu_hour"] for r in catalog.prices if r["device"] == "nvidia-h200-sxm"
-            and r.get("usd_per_gpu_hour") and r["pricing"].startswith("on-demand")]
+    rows = [
+        r["usd_per_gpu_hour"]
+        for r in catalog.prices
+        if r["device"] == "nvidia-h200-sxm" and r.get("usd_per_gpu_hour") and r["pricing"].startswith("on-demand")
+    ]
     assert m["usd_per_hour"] == pytest.approx(statistics.median(rows))
     assert m["tflops_per_usd_hour"] == pytest.approx(2.0 / statistics.median(rows))
     assert "as of" in m["price_source"]
 
 
 def test_own_peak_wins_over_catalog(catalog: Catalog) -> None:
-    devices = [{"backend": "cpu", "index": 0, "name": "NVIDIA H200", "vendor": "nvidia", "kind": "gpu",
-                "peak": {"tflops": {"fp32": 40.0}, "method": "measured"}}]
+    devices = [
+        {
+            "backend": "cpu",
+            "index": 0,
+            "name": "NVIDIA H200",
+            "vendor": "nvidia",
+            "kind": "gpu",
+            "peak": {"tflops": {"fp32": 40.0}, "method": "measured"},
+        }
+    ]
     doc = _doc([_record("portable", "portable", 0.001)], PRICE, devices)
     add_metrics(doc, catalog)
     m = doc["records"][0]["metrics"]

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
+
 from hwbench.backend import DeviceInfo
 from hwbench.registry import get_backend, get_kernel
 
@@ -73,8 +73,12 @@ def test_supports_gives_reasons(name: str) -> None:
 
 def test_run_records_skips_with_reason(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run(hwbench_cmd("run", "--backend", "cuda,rocm", "--kernel", "gemm,attention",
-                                      "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        hwbench_cmd("run", "--backend", "cuda,rocm", "--kernel", "gemm,attention", "--out", str(out), "--quiet"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     doc = json.loads(out.read_text())
     if any(b["available"] for b in doc["backends"]):
         pytest.skip("a GPU backend is available here; see test_gpu_parity")
@@ -86,9 +90,11 @@ def test_run_records_skips_with_reason(tmp_path: Path) -> None:
 
 
 def test_importing_gpu_backends_loads_no_sdk() -> None:
-    code = ("import sys, hwbench.backends.cuda, hwbench.backends.rocm, hwbench.backends.torch_gpu, "
-            "hwbench.kernels.llvmir.gpu, hwbench.compile_cmd; "
-            "print([m for m in ('torch', 'triton', 'cupy') if m in sys.modules])")
+    code = (
+        "import sys, hwbench.backends.cuda, hwbench.backends.rocm, hwbench.backends.torch_gpu, "
+        "hwbench.kernels.llvmir.gpu, hwbench.compile_cmd; "
+        "print([m for m in ('torch', 'triton', 'cupy') if m in sys.modules])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "[]", proc.stderr
 
@@ -136,9 +142,13 @@ def test_cpu_blocking_is_unchanged() -> None:
     assert attn.max_head_dim(host_target(), "fp64") == attn.D_MAX
 
 
-SMALL = {"gemm": [{"M": 67, "N": 45, "K": 130}], "attention": [
-    {"batch": 1, "heads": 2, "seq_q": 77, "seq_k": 77, "head_dim": 64, "causal": 1},
-    {"batch": 1, "heads": 2, "seq_q": 45, "seq_k": 93, "head_dim": 128, "causal": 0}]}
+SMALL = {
+    "gemm": [{"M": 67, "N": 45, "K": 130}],
+    "attention": [
+        {"batch": 1, "heads": 2, "seq_q": 77, "seq_k": 77, "head_dim": 64, "causal": 1},
+        {"batch": 1, "heads": 2, "seq_q": 45, "seq_k": 93, "head_dim": 128, "causal": 0},
+    ],
+}
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -157,8 +167,16 @@ def test_gpu_parity(name: str) -> None:
         for impl in backend.implementations(kernel):
             for dtype in impl.dtypes:
                 for shape in shapes:
-                    case = CaseRequest(kernel, impl.name, name, 0, dtype, spec.complete(shape), 0,
-                                       {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3})
+                    case = CaseRequest(
+                        kernel,
+                        impl.name,
+                        name,
+                        0,
+                        dtype,
+                        spec.complete(shape),
+                        0,
+                        {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3},
+                    )
                     record = runner.run(case)
                     if record["status"] not in ("ok", "skipped"):
                         failures.append((impl.name, dtype, shape, record["status"], record["reason"]))

@@ -28,7 +28,7 @@ from hwbench.kernels.llvmir import irutil, jit, vecmath
 from hwbench.kernels.llvmir.target import CPUTarget, NVPTXTarget
 
 NP = {"fp32": np.float32, "fp64": np.float64}
-U = {"fp32": 2.0 ** -24, "fp64": 2.0 ** -53}
+U = {"fp32": 2.0**-24, "fp64": 2.0**-53}
 
 
 @pytest.mark.parametrize("module", [gemm, attn], ids=["gemm", "attention"])
@@ -69,8 +69,16 @@ def test_kernels_correct_at_narrower_vector_widths(cpu: str, features: str, dtyp
     np.testing.assert_allclose(pk.output, _attention_reference(q, k, v, 1), atol=1e-5)
 
 
-GEMM_SHAPES = [(1, 1, 1), (1, 7, 33), (7, 1, 100), (33, 100, 1), (100, 33, 7),
-               (64, 1000, 37), (1023, 17, 65), (257, 1023, 600)]
+GEMM_SHAPES = [
+    (1, 1, 1),
+    (1, 7, 33),
+    (7, 1, 100),
+    (33, 100, 1),
+    (100, 33, 7),
+    (64, 1000, 37),
+    (1023, 17, 65),
+    (257, 1023, 600),
+]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
@@ -111,8 +119,15 @@ def _attention_reference(q, k, v, causal: int) -> np.ndarray:
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
 
-ATTN_SHAPES = [(1, 1, 1, 1, 1), (1, 2, 1, 33, 64), (2, 1, 7, 7, 7), (1, 2, 33, 100, 40),
-               (1, 1, 100, 33, 63), (1, 2, 64, 64, 80), (1, 1, 40, 130, 128)]
+ATTN_SHAPES = [
+    (1, 1, 1, 1, 1),
+    (1, 2, 1, 33, 64),
+    (2, 1, 7, 7, 7),
+    (1, 2, 33, 100, 40),
+    (1, 1, 100, 33, 63),
+    (1, 2, 64, 64, 80),
+    (1, 1, 40, 130, 128),
+]
 
 
 @pytest.mark.parametrize("causal", [0, 1])
@@ -145,8 +160,7 @@ def _vector_op_kernel(dtype: str, op) -> tuple[callable, int]:
     width = target.vector_width(dtype)
     t = irutil.scalar_type(dtype)
     mod = target.new_module(f"vecop_{dtype}_{op.__name__}")
-    fn = ir.Function(mod, ir.FunctionType(irutil.VOID, [irutil.PTR, irutil.PTR, irutil.I64]),
-                     name="vecop")
+    fn = ir.Function(mod, ir.FunctionType(irutil.VOID, [irutil.PTR, irutil.PTR, irutil.I64]), name="vecop")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x, y, n = fn.args
     with irutil.for_range(b, irutil.i64(0), n, width) as i:
@@ -156,8 +170,7 @@ def _vector_op_kernel(dtype: str, op) -> tuple[callable, int]:
         irutil.store_vec(b, res, y, i)
     b.ret_void()
     compiled = jit.compile_module(mod)
-    cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-        compiled.function_address("vecop"))
+    cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(compiled.function_address("vecop"))
     cfn.keepalive = compiled
     return cfn, width
 
@@ -175,8 +188,13 @@ def _apply(dtype: str, op, x: np.ndarray) -> np.ndarray:
 def test_vector_exp_accuracy_and_specials(dtype: str) -> None:
     npd = NP[dtype]
     finfo = np.finfo(npd)
-    x = np.concatenate([np.linspace(-1000, 1000, 20001), np.linspace(-20, 20, 40001),
-                        [-np.inf, np.inf, np.nan, 0.0, -0.0, -1000.0, 1e-30]]).astype(npd)
+    x = np.concatenate(
+        [
+            np.linspace(-1000, 1000, 20001),
+            np.linspace(-20, 20, 40001),
+            [-np.inf, np.inf, np.nan, 0.0, -0.0, -1000.0, 1e-30],
+        ]
+    ).astype(npd)
     y = _apply(dtype, vecmath.exp, x)
     with np.errstate(over="ignore", under="ignore"):
         ref = np.exp(x.astype(np.float64))

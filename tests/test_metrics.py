@@ -29,12 +29,15 @@ def test_pct_of_peak_none_without_peak(peak) -> None:
     assert metrics.pct_of_peak(1.0, peak) is None
 
 
-@pytest.mark.parametrize("native,portable,expected", [
-    (1.0, 1.0, 0.0),     # as fast as the vendor library
-    (1.0, 2.0, 0.5),     # half its speed
-    (2.0, 1.0, -1.0),    # twice as fast: negative
-    (3e-3, 4e-3, 0.25),
-])
+@pytest.mark.parametrize(
+    "native,portable,expected",
+    [
+        (1.0, 1.0, 0.0),  # as fast as the vendor library
+        (1.0, 2.0, 0.5),  # half its speed
+        (2.0, 1.0, -1.0),  # twice as fast: negative
+        (3e-3, 4e-3, 0.25),
+    ],
+)
 def test_porting_overhead(native: float, portable: float, expected: float) -> None:
     assert metrics.porting_overhead(native, portable) == pytest.approx(expected, abs=1e-15)
 

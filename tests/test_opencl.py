@@ -14,8 +14,8 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from conftest import TESTS, hwbench_cmd
+
 from hwbench.backend import DeviceInfo, Implementation
 from hwbench.case import CaseRequest, CaseRunner
 from hwbench.registry import get_backend, get_kernel
@@ -63,7 +63,7 @@ def test_devices_are_described(device: DeviceInfo) -> None:
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (37, 53, 29), (13, 100, 7), (130, 33, 301)])
 def test_gemm_parity_on_odd_shapes(shape: tuple[int, int, int], dtype: str) -> None:
-    record = _run("gemm", "opencl", dtype, dict(zip("MNK", shape)))
+    record = _run("gemm", "opencl", dtype, dict(zip("MNK", shape, strict=False)))
     assert record["status"] == "ok", record["reason"]
     assert record["parity"]["passed"] and record["timing"]["timer"] == "opencl-profiling-events"
     assert record["config"]["TM"] >= 1 and record["config"]["VW"] >= 1  # the tile chosen is recorded
@@ -71,12 +71,15 @@ def test_gemm_parity_on_odd_shapes(shape: tuple[int, int, int], dtype: str) -> N
 
 @needs_opencl
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
-@pytest.mark.parametrize("shape", [
-    dict(batch=1, heads=1, seq_q=1, seq_k=1, head_dim=40, causal=0),
-    dict(batch=1, heads=2, seq_q=1, seq_k=1, head_dim=24, causal=1),
-    dict(batch=2, heads=3, seq_q=19, seq_k=70, head_dim=40, causal=1),
-    dict(batch=1, heads=2, seq_q=45, seq_k=17, head_dim=72, causal=0),
-])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(batch=1, heads=1, seq_q=1, seq_k=1, head_dim=40, causal=0),
+        dict(batch=1, heads=2, seq_q=1, seq_k=1, head_dim=24, causal=1),
+        dict(batch=2, heads=3, seq_q=19, seq_k=70, head_dim=40, causal=1),
+        dict(batch=1, heads=2, seq_q=45, seq_k=17, head_dim=72, causal=0),
+    ],
+)
 def test_attention_parity_on_odd_shapes(shape: dict[str, int], dtype: str) -> None:
     record = _run("attention", "opencl", dtype, shape)
     assert record["status"] == "ok", record["reason"]
@@ -84,10 +87,13 @@ def test_attention_parity_on_odd_shapes(shape: dict[str, int], dtype: str) -> No
 
 
 @needs_opencl
-@pytest.mark.parametrize("kernel,shape", [
-    ("gemm", {"M": 37, "N": 53, "K": 29}),
-    ("attention", dict(batch=1, heads=2, seq_q=19, seq_k=33, head_dim=24, causal=1)),
-])
+@pytest.mark.parametrize(
+    "kernel,shape",
+    [
+        ("gemm", {"M": 37, "N": 53, "K": 29}),
+        ("attention", dict(batch=1, heads=2, seq_q=19, seq_k=33, head_dim=24, causal=1)),
+    ],
+)
 def test_fp16_kernels_compute_right_where_they_build(backend, device: DeviceInfo, kernel: str, shape) -> None:
     """The fp16 variants (half storage, fp32 math) are checked even on a device that lacks cl_khr_fp16."""
     from hwbench.backends.opencl_launch import opencl_c
@@ -106,8 +112,14 @@ def test_fp16_kernels_compute_right_where_they_build(backend, device: DeviceInfo
 
 
 def _fake_device(extensions: list[str], il_versions: list[str]) -> DeviceInfo:
-    return DeviceInfo("opencl", 0, "fake", "none", "cpu", extra={
-        "extensions": extensions, "il_versions": il_versions, "native_vector_width": {"fp32": 8, "fp64": 4}})
+    return DeviceInfo(
+        "opencl",
+        0,
+        "fake",
+        "none",
+        "cpu",
+        extra={"extensions": extensions, "il_versions": il_versions, "native_vector_width": {"fp32": 8, "fp64": 4}},
+    )
 
 
 def _impl(backend, kernel: str, name: str) -> Implementation:
@@ -163,9 +175,29 @@ def test_a_build_failure_is_a_compile_error_with_the_logs_error_line(monkeypatch
 @needs_opencl
 def test_device_selection_host_overhead_and_schema(tmp_path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run(hwbench_cmd("run", "--backend", "cpu,opencl", "--kernel", "gemm", "--impl", "numpy,opencl",
-                                      "--shape", "gemm:M=70,N=45,K=33", "--dtype", "fp32", "--device", "opencl:0",
-                                      "--budget", "0.02", "--out", str(out)), capture_output=True, text=True)
+    proc = subprocess.run(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "cpu,opencl",
+            "--kernel",
+            "gemm",
+            "--impl",
+            "numpy,opencl",
+            "--shape",
+            "gemm:M=70,N=45,K=33",
+            "--dtype",
+            "fp32",
+            "--device",
+            "opencl:0",
+            "--budget",
+            "0.02",
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     ocl = [r for r in doc["records"] if r["backend"] == "opencl"]
@@ -179,12 +211,36 @@ def test_device_selection_host_overhead_and_schema(tmp_path) -> None:
 
 @needs_opencl
 def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
-    env = dict(os.environ, HWBENCH_BACKENDS="opencl_faulty=opencl_faulty_backend:FaultyOpenCL",
-               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        HWBENCH_BACKENDS="opencl_faulty=opencl_faulty_backend:FaultyOpenCL",
+        PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    )
     out = tmp_path / "r.json"
-    proc = subprocess.run(hwbench_cmd("run", "--backend", "opencl_faulty,opencl", "--kernel", "gemm", "--impl", "opencl",
-                                      "--shape", "gemm:M=17,N=33,K=9", "--dtype", "fp32", "--budget", "0.02",
-                                      "--timeout", "60", "--out", str(out)), capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "opencl_faulty,opencl",
+            "--kernel",
+            "gemm",
+            "--impl",
+            "opencl",
+            "--shape",
+            "gemm:M=17,N=33,K=9",
+            "--dtype",
+            "fp32",
+            "--budget",
+            "0.02",
+            "--timeout",
+            "60",
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr
     records = json.loads(out.read_text())["records"]
     assert [(r["backend"], r["status"]) for r in records] == [("opencl_faulty", "crashed"), ("opencl", "ok")]
@@ -194,11 +250,15 @@ def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
 def test_first_error_line_picks_the_error() -> None:
     from hwbench.backends.opencl import first_error_line
 
-    log = "Build on <pyopencl.Device 'x'>:\n/tmp/pocl/tempfile_Ab.cl:3:1: warning: w\n/tmp/x/tempfile_Ab.cl:9:5: error: bad\n"
+    log = (
+        "Build on <pyopencl.Device 'x'>:\n/tmp/pocl/tempfile_Ab.cl:3:1: warning: w\n"
+        "/tmp/x/tempfile_Ab.cl:9:5: error: bad\n"
+    )
     assert first_error_line(log) == "program.cl:9:5: error: bad"
 
 
 # SPIR-V lowering of the llvmlite kernels (needs llvmlite only).
+
 
 @pytest.fixture(scope="module")
 def spirv_modules():

@@ -132,7 +132,7 @@ def test_shape_mismatch_is_not_broadcast() -> None:
 
 def test_max_rel_err_ignores_reference_at_or_below_atol() -> None:
     tol = Tolerance(atol=0.1, rtol=0.1)
-    ref = np.array([1e-3, 0.1, 0.0, 10.0])   # only 10.0 is above atol
+    ref = np.array([1e-3, 0.1, 0.0, 10.0])  # only 10.0 is above atol
     out = np.array([2e-3, 0.2, 0.05, 10.1])  # errors 1e-3, 0.1, 0.05, 0.1: all within tolerance
     p = check(out, ref, tol)
     assert p.passed

@@ -9,7 +9,7 @@ import pytest
 
 from hwbench.registry import backend_targets, get_backend
 
-PLUGIN = '''
+PLUGIN = """
 from hwbench.backend import Availability, Backend
 
 class NewChipBackend(Backend):
@@ -22,7 +22,7 @@ class NewChipBackend(Backend):
         return []
     def prepare(self, *args):
         raise NotImplementedError
-'''
+"""
 
 
 @pytest.fixture
@@ -47,13 +47,17 @@ def test_entry_point_backend_is_listed_and_probed(installed_plugin: None) -> Non
 
 
 def test_unavailable_plugin_backend_appears_in_a_run_with_its_reason(installed_plugin: None) -> None:
-    from hwbench.runner import Plan, plan_cases
     from hwbench.describe import describe_backend
+    from hwbench.runner import Plan, plan_cases
 
     described = describe_backend("newchip")
     assert described["available"] is False
-    cases, skipped = plan_cases(Plan(backends=["newchip"], kernels=["gemm"]), [described],
-                                {"gemm": ("fp32",)}, {"gemm": [{"M": 1, "N": 1, "K": 1}]})
+    cases, skipped = plan_cases(
+        Plan(backends=["newchip"], kernels=["gemm"]),
+        [described],
+        {"gemm": ("fp32",)},
+        {"gemm": [{"M": 1, "N": 1, "K": 1}]},
+    )
     assert cases == []
     assert [r["status"] for r in skipped] == ["skipped"]
     assert "newchip driver 0.1 not loaded" in skipped[0]["reason"]

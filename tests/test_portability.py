@@ -23,9 +23,9 @@ ON_GPU = {"backend": "cuda", "device": "GPU X"}
 def files(tmp_path: Path) -> list:
     cpu = [
         record("gemm", "numpy", "fp32", SHAPE, 1.0, impl_kind="native", pct_peak=80.0),
-        record("gemm", "llvm", "fp32", SHAPE, 2.0, pct_peak=40.0),        # app 1.0 / 2.0 = 0.5
+        record("gemm", "llvm", "fp32", SHAPE, 2.0, pct_peak=40.0),  # app 1.0 / 2.0 = 0.5
         record("gemm", "opencl", "fp32", SHAPE, 4.0, pct_peak=20.0, backend="opencl"),
-        record("gemm", "fast", "fp32", SHAPE, 0.8, pct_peak=100.0),       # faster than the native: 1.25
+        record("gemm", "fast", "fp32", SHAPE, 0.8, pct_peak=100.0),  # faster than the native: 1.25
     ]
     gpu = [
         record("gemm", "cublas", "fp32", SHAPE, 0.8, impl_kind="native", pct_peak=75.0, **ON_GPU),
@@ -33,7 +33,9 @@ def files(tmp_path: Path) -> list:
         record("gemm", "opencl", "fp32", SHAPE, None, status="runtime_error", **{**ON_GPU, "backend": "opencl"}),
         record("gemm", "fast", "fp32", SHAPE, 0.8, pct_peak=75.0, **ON_GPU),  # app 1.0
     ]
-    a = write(tmp_path / "cpu.json", document(cpu, [device("cpu", "Test CPU", "cpu"), device("opencl", "Test CPU", "cpu")]))
+    a = write(
+        tmp_path / "cpu.json", document(cpu, [device("cpu", "Test CPU", "cpu"), device("opencl", "Test CPU", "cpu")])
+    )
     b = write(tmp_path / "gpu.json", document(gpu, [device("cuda", "GPU X", "gpu"), device("opencl", "GPU X", "gpu")]))
     return [load_checked(a), load_checked(b)]
 
@@ -49,11 +51,13 @@ def test_pp_hand_computed(files: list) -> None:
     assert problem["problem"] == "gemm fp32 M=256,N=256,K=256" and problem["platforms"] == ["Test CPU", "GPU X"]
     llvm = _app(doc, "llvm")
     assert llvm["app_efficiency"] == {"Test CPU": 0.5, "GPU X": 0.8}
-    assert llvm["pp_app"] == pytest.approx(2 / (1 / 0.5 + 1 / 0.8))        # 0.6154
+    assert llvm["pp_app"] == pytest.approx(2 / (1 / 0.5 + 1 / 0.8))  # 0.6154
     assert llvm["arch_efficiency"] == {"Test CPU": pytest.approx(0.4), "GPU X": pytest.approx(0.6)}
-    assert llvm["pp_arch"] == pytest.approx(2 / (1 / 0.4 + 1 / 0.6))       # 0.48
-    assert llvm["cascade_app"] == [{"platform": "GPU X", "efficiency": 0.8, "pp": pytest.approx(0.8)},
-                                   {"platform": "Test CPU", "efficiency": 0.5, "pp": pytest.approx(0.6153846)}]
+    assert llvm["pp_arch"] == pytest.approx(2 / (1 / 0.4 + 1 / 0.6))  # 0.48
+    assert llvm["cascade_app"] == [
+        {"platform": "GPU X", "efficiency": 0.8, "pp": pytest.approx(0.8)},
+        {"platform": "Test CPU", "efficiency": 0.5, "pp": pytest.approx(0.6153846)},
+    ]
 
 
 def test_pp_is_zero_when_missing_or_failing(files: list) -> None:
@@ -70,7 +74,7 @@ def test_pp_is_zero_when_missing_or_failing(files: list) -> None:
 def test_faster_than_native_counts_as_one(files: list) -> None:
     fast = _app(portability(files), "fast")
     assert fast["app_efficiency"]["Test CPU"] == pytest.approx(1.25)  # shown as measured
-    assert fast["pp_app"] == pytest.approx(1.0)                       # best known in PP
+    assert fast["pp_app"] == pytest.approx(1.0)  # best known in PP
 
 
 def test_unknown_baseline_or_peak(tmp_path: Path) -> None:
@@ -106,10 +110,16 @@ def test_cli_on_frozen_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert len(rows) == sum(r["status"] == "ok" for r in base["records"])
     assert main(["pp", str(DATA / "cpu-base.json"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    llvm = next(a for p in doc["problems"] if p["problem"] == "gemm fp32 M=64,N=64,K=64"
-                for a in p["applications"] if a["application"] == "llvm")
+    llvm = next(
+        a
+        for p in doc["problems"]
+        if p["problem"] == "gemm fp32 M=64,N=64,K=64"
+        for a in p["applications"]
+        if a["application"] == "llvm"
+    )
     twin = [r for r in base["records"] if r["kernel"] == "gemm" and r["dtype"] == "fp32" and r["shape"]["M"] == 64]
     native, portable = (next(r for r in twin if r["impl"] == name) for name in ("numpy", "llvm"))
     assert llvm["app_efficiency"]["AMD EPYC (2 cores)"] == pytest.approx(
-        native["timing"]["median_s"] / portable["timing"]["median_s"])
+        native["timing"]["median_s"] / portable["timing"]["median_s"]
+    )
     assert llvm["app_efficiency"]["AMD EPYC (2 cores)"] == pytest.approx(1 - portable["metrics"]["porting_overhead"])

@@ -16,8 +16,9 @@ from hwbench.cli import main
 from hwbench.probe_storage import fio_command, parse_size
 from hwbench.results import load
 
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None,
-                               reason="fio is not installed (ci/apt-packages.txt installs it in CI)")
+needs_fio = pytest.mark.skipif(
+    shutil.which("fio") is None, reason="fio is not installed (ci/apt-packages.txt installs it in CI)"
+)
 
 
 @needs_fio
@@ -38,8 +39,17 @@ def test_storage_with_fio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_fio_command_is_the_matrix_job() -> None:
     command = fio_command(Path("/d/f"), 1 << 20, 2)
-    for option in ("--rw=randread", "--bs=4096", "--direct=1", "--ioengine=libaio", "--iodepth=32",
-                   "--size=1048576", "--runtime=2", "--time_based", "--output-format=json"):
+    for option in (
+        "--rw=randread",
+        "--bs=4096",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--size=1048576",
+        "--runtime=2",
+        "--time_based",
+        "--output-format=json",
+    ):
         assert option in command
 
 
@@ -52,8 +62,13 @@ def _no_fio_path(tmp_path: Path) -> str:
 def test_storage_without_fio_is_skipped(tmp_path: Path) -> None:
     out = tmp_path / "storage.json"
     env = dict(os.environ, PATH=_no_fio_path(tmp_path))
-    done = subprocess.run(hwbench_cmd("probe", "storage", "--dir", str(tmp_path), "--size", "1MiB", "--runtime", "1",
-                                      "--out", str(out)), env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        hwbench_cmd("probe", "storage", "--dir", str(tmp_path), "--size", "1MiB", "--runtime", "1", "--out", str(out)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     doc = load(out)
     (rec,) = doc["records"]
@@ -61,30 +76,38 @@ def test_storage_without_fio_is_skipped(tmp_path: Path) -> None:
     assert doc["backends"][0] == {"name": "fio", "available": False, "reason": rec["reason"], "devices": []}
 
 
-def test_storage_fio_failure_is_a_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_storage_fio_failure_is_a_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = tmp_path / "bin" / "fio"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'fio: pid=1, err=22/file:filesetup.c:805, func=open, error=Invalid argument' >&2\n"
-                    "exit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'fio: pid=1, err=22/file:filesetup.c:805, func=open, error=Invalid argument' >&2\nexit 1\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "storage.json"
-    assert main(["probe", "storage", "--dir", str(tmp_path), "--size", "1MiB", "--runtime", "1", "--out", str(out)]) == 1
+    assert (
+        main(["probe", "storage", "--dir", str(tmp_path), "--size", "1MiB", "--runtime", "1", "--out", str(out)]) == 1
+    )
     (rec,) = load(out)["records"]
     assert rec["status"] == "runtime_error" and "error=Invalid argument" in rec["reason"]
     assert "probe failed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--dir", "/no/such/folder"], "is not a directory"),
-    (["--size", "lots"], "is not a size"),
-    (["--size", "4k"], "at least 1MiB"),
-    (["--size", "100000GiB"], "more than half"),
-    (["--runtime", "0"], "between 1 and 600"),
-])
-def test_storage_bad_arguments(args: list[str], expected: str, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--dir", "/no/such/folder"], "is not a directory"),
+        (["--size", "lots"], "is not a size"),
+        (["--size", "4k"], "at least 1MiB"),
+        (["--size", "100000GiB"], "more than half"),
+        (["--runtime", "0"], "between 1 and 600"),
+    ],
+)
+def test_storage_bad_arguments(
+    args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = ["probe", "storage", "--dir", str(tmp_path), "--out", str(tmp_path / "x.json")]
     assert main(argv + args) == 2
     err = capsys.readouterr().err
@@ -93,20 +116,33 @@ def test_storage_bad_arguments(args: list[str], expected: str, tmp_path: Path,
 
 
 def test_parse_size() -> None:
-    assert [parse_size(t) for t in ("256MiB", "1GiB", "64m", "4096", "2k")] == [256 << 20, 1 << 30, 64 << 20, 4096, 2048]
+    assert [parse_size(t) for t in ("256MiB", "1GiB", "64m", "4096", "2k")] == [
+        256 << 20,
+        1 << 30,
+        64 << 20,
+        4096,
+        2048,
+    ]
 
 
 def test_startup_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "startup.json"
-    assert main(["probe", "startup", "--backend", "cpu", "--shape", "M=64,N=48,K=40", "--repeat", "2",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["probe", "startup", "--backend", "cpu", "--shape", "M=64,N=48,K=40", "--repeat", "2", "--out", str(out)])
+        == 0
+    )
     assert "to the first step" in capsys.readouterr().out
     doc = load(out)
     cold, warm = doc["records"]
     assert (cold["shape"]["warm_cache"], warm["shape"]["warm_cache"]) == (0, 1)
     for rec in (cold, warm):
-        assert (rec["kernel"], rec["impl"], rec["backend"], rec["dtype"], rec["status"]) == \
-            ("startup", "llvm", "cpu", "fp32", "ok")
+        assert (rec["kernel"], rec["impl"], rec["backend"], rec["dtype"], rec["status"]) == (
+            "startup",
+            "llvm",
+            "cpu",
+            "fp32",
+            "ok",
+        )
         assert rec["shape"] == {"M": 64, "N": 48, "K": 40, "warm_cache": rec["shape"]["warm_cache"]}
         assert rec["timing"]["n"] == 2 and len(rec["timing"]["samples_s"]) == 2
         assert rec["parity"]["passed"] is True
@@ -115,22 +151,43 @@ def test_startup_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert all(v >= 0 for v in phases.values()) and phases["compile"] > 0
         # the phases of the median sample add up to that sample (two samples: the median lies between them)
         assert min(rec["timing"]["samples_s"]) - 1e-6 <= sum(phases.values()) <= max(rec["timing"]["samples_s"]) + 1e-6
-        assert all(p >= s for p, s in zip(rec["config"]["process_s"], rec["timing"]["samples_s"]))
+        assert all(p >= s for p, s in zip(rec["config"]["process_s"], rec["timing"]["samples_s"], strict=False))
     assert warm["config"]["priming_run_s"] > 0 and cold["config"]["priming_run_s"] is None
     assert doc["backends"][0]["name"] == "cpu" and doc["backends"][0]["available"]
 
 
-@pytest.mark.parametrize("impl,status,reason", [
-    ("segfault", "crashed", "killed by signal 11"),
-    ("compile_error", "compile_error", "expected ';'"),
-    ("wrong", "parity_failed", "outside tolerance"),
-    ("raise", "runtime_error", "device lost"),
-])
-def test_startup_failures_are_records(impl: str, status: str, reason: str, faulty_env: dict, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "impl,status,reason",
+    [
+        ("segfault", "crashed", "killed by signal 11"),
+        ("compile_error", "compile_error", "expected ';'"),
+        ("wrong", "parity_failed", "outside tolerance"),
+        ("raise", "runtime_error", "device lost"),
+    ],
+)
+def test_startup_failures_are_records(
+    impl: str, status: str, reason: str, faulty_env: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "startup.json"
-    assert main(["probe", "startup", "--backend", "faulty", "--impl", impl, "--shape", "M=8,N=8,K=8",
-                 "--repeat", "1", "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "probe",
+                "startup",
+                "--backend",
+                "faulty",
+                "--impl",
+                impl,
+                "--shape",
+                "M=8,N=8,K=8",
+                "--repeat",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     records = load(out)["records"]
     assert [r["status"] for r in records] == [status, status]
     assert all(reason in r["reason"] for r in records), records[0]["reason"]
@@ -139,8 +196,27 @@ def test_startup_failures_are_records(impl: str, status: str, reason: str, fault
 
 def test_startup_hang_is_a_timeout(faulty_env: dict, tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
-    assert main(["probe", "startup", "--backend", "faulty", "--impl", "hang", "--shape", "M=8,N=8,K=8",
-                 "--repeat", "1", "--timeout", "2", "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "probe",
+                "startup",
+                "--backend",
+                "faulty",
+                "--impl",
+                "hang",
+                "--shape",
+                "M=8,N=8,K=8",
+                "--repeat",
+                "1",
+                "--timeout",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     records = load(out)["records"]
     assert [r["status"] for r in records] == ["timeout", "timeout"]
     assert "no first step within the 2 s timeout" in records[0]["reason"]

@@ -60,10 +60,12 @@ def test_benchmark_json_carries_hwbench_fields(pytester: pytest.Pytester) -> Non
 
 
 def test_parity_failure_fails_the_test(pytester: pytest.Pytester, faulty_env: dict[str, str]) -> None:
-    pytester.makepyfile(test_wrong=f"""
+    pytester.makepyfile(
+        test_wrong=f"""
 def test_wrong(hwbench_case):
     hwbench_case("gemm", {SHAPE}, backend="faulty", impl="wrong", native=False, rounds=2)
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-disable")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*parity failed*"])
@@ -97,8 +99,14 @@ def test_ci_templates_parse_and_gate_on_regressions(name: str) -> None:
     doc = yaml.safe_load(text)
     scripts = _scripts(doc)
     joined = "\n".join(scripts)
-    for needed in ("bash ci/setup.sh", "--benchmark-compare-fail=median:10%", "hwbench compare",
-                   "--fail-on median:5%", "bash ci/gpu-check.sh", "hwbench report"):
+    for needed in (
+        "bash ci/setup.sh",
+        "--benchmark-compare-fail=median:10%",
+        "hwbench compare",
+        "--fail-on median:5%",
+        "bash ci/gpu-check.sh",
+        "hwbench report",
+    ):
         assert needed in joined, f"{name} lacks {needed}"
     if name.startswith("github"):
         assert set(doc["jobs"]) == {"benchmark", "gpu-smoke"} and all("steps" in j for j in doc["jobs"].values())

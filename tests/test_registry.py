@@ -72,7 +72,7 @@ def test_parse_names_unknown() -> None:
     assert str(info.value) == "unknown backend 'vulkan'; known backends: cpu, cuda"
 
 
-TINY_BACKEND = '''
+TINY_BACKEND = """
 from hwbench.backend import Availability, Backend
 
 class TinyBackend(Backend):
@@ -92,7 +92,7 @@ class TinyBackend(Backend):
 
 INSTANCE = TinyBackend()
 NOT_A_BACKEND = object()
-'''
+"""
 
 
 @pytest.fixture

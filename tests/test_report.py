@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
+
 from hwbench import results
 from hwbench.report import build
 from hwbench.report.cascade import cascades
@@ -120,8 +120,9 @@ def test_allreduce_bandwidths_follow_nccl_tests() -> None:
 
 
 def test_cascade_efficiencies_and_pp() -> None:
-    found = {(c.kernel, c.impl): c for c in cascades(rows([Run(p, d) for p, d in _runs("full-cpu.json",
-                                                                                            "gpu-h100.json")]))}
+    found = {
+        (c.kernel, c.impl): c for c in cascades(rows([Run(p, d) for p, d in _runs("full-cpu.json", "gpu-h100.json")]))
+    }
     gemm_llvm = found[("gemm", "llvm")]
     # On the H100 the llvm GEMM was set to 35% of peak against cuBLAS at 80%: efficiency 0.4375 on every case.
     effs = {s.device.name: s.efficiency for s in gemm_llvm.steps}
@@ -149,8 +150,9 @@ def test_scales_and_ticks() -> None:
 
 def test_cli_writes_report_and_rejects_bad_input(tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    done = subprocess.run(hwbench_cmd("report", str(DATA / "full-cpu.json"), "-o", str(out)),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        hwbench_cmd("report", str(DATA / "full-cpu.json"), "-o", str(out)), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_text().startswith("<!DOCTYPE html>") and "report:" in done.stdout
     bad = tmp_path / "bad.json"

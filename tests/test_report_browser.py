@@ -15,8 +15,9 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,22 @@ from hwbench.report import build
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install "
-                                "chromium; ci/setup.sh installs it from ci/apt-packages.txt)")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--remote-debugging-port=0"]
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install "
+    "chromium; ci/setup.sh installs it from ci/apt-packages.txt)",
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+]
 
 
 class Page:
@@ -102,8 +114,9 @@ def browser() -> Iterator[Page]:
     pytest.importorskip("websocket", reason="websocket-client is missing (pip install 'hwbench[test]')")
     profile = Path(tempfile.mkdtemp(prefix="hwbench-chromium-"))
     log = open(profile / "chromium.log", "wb")
-    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
@@ -175,6 +188,8 @@ def test_minimal_report_says_no_data(browser: Page, tmp_path: Path) -> None:
     browser.open(_report(tmp_path, "minimal.json"))
     assert browser.problems() == []
     sections = json.loads(browser.evaluate(RENDERED))["sections"]
-    assert all(sections[s]["nodata"] == 1 and sections[s]["charts"] == 0
-               for s in ("roofline", "overhead", "portability", "allreduce", "parity", "compile")), sections
+    assert all(
+        sections[s]["nodata"] == 1 and sections[s]["charts"] == 0
+        for s in ("roofline", "overhead", "portability", "allreduce", "parity", "compile")
+    ), sections
     browser.screenshot(tmp_path / "minimal.png")

@@ -21,22 +21,64 @@ COMMITTED = sorted([*ROOT.glob("results/*.json"), *ROOT.glob("tests/data/*.json"
 def make_doc() -> dict[str, Any]:
     """A minimal valid results document, built by hand: one ok record and one skipped."""
     ok = {
-        "kernel": "gemm", "impl": "numpy", "impl_kind": "native", "language": "blas",
-        "backend": "cpu", "device": "Test CPU", "device_index": 0, "dtype": "fp32",
-        "shape": {"M": 64, "N": 64, "K": 64}, "status": "ok", "reason": "",
-        "parity": {"max_abs_err": 1.5e-6, "max_rel_err": 2.5e-7, "atol": 1e-5, "rtol": 2.4e-7,
-                   "exact": False, "mismatches": 0, "nonfinite": 0, "elements": 4096, "passed": True},
-        "timing": {"median_s": 1.25e-4, "iqr_s": 2e-6, "cv": 0.01, "n": 20, "timer": "perf_counter",
-                   "resolution_s": 1e-7, "flushed": True, "samples_s": [1.25e-4, 1.26e-4]},
-        "metrics": {"tflops": 0.0042, "gbps": 1.5, "pct_peak": 4.2, "peak_tflops": 0.1,
-                    "porting_overhead": None, "native_impl": None,
-                    "tflops_per_usd_hour": None, "usd_per_hour": None},
-        "compile_s": 0.0, "config": {"threads": 4}, "warnings": [],
+        "kernel": "gemm",
+        "impl": "numpy",
+        "impl_kind": "native",
+        "language": "blas",
+        "backend": "cpu",
+        "device": "Test CPU",
+        "device_index": 0,
+        "dtype": "fp32",
+        "shape": {"M": 64, "N": 64, "K": 64},
+        "status": "ok",
+        "reason": "",
+        "parity": {
+            "max_abs_err": 1.5e-6,
+            "max_rel_err": 2.5e-7,
+            "atol": 1e-5,
+            "rtol": 2.4e-7,
+            "exact": False,
+            "mismatches": 0,
+            "nonfinite": 0,
+            "elements": 4096,
+            "passed": True,
+        },
+        "timing": {
+            "median_s": 1.25e-4,
+            "iqr_s": 2e-6,
+            "cv": 0.01,
+            "n": 20,
+            "timer": "perf_counter",
+            "resolution_s": 1e-7,
+            "flushed": True,
+            "samples_s": [1.25e-4, 1.26e-4],
+        },
+        "metrics": {
+            "tflops": 0.0042,
+            "gbps": 1.5,
+            "pct_peak": 4.2,
+            "peak_tflops": 0.1,
+            "porting_overhead": None,
+            "native_impl": None,
+            "tflops_per_usd_hour": None,
+            "usd_per_hour": None,
+        },
+        "compile_s": 0.0,
+        "config": {"threads": 4},
+        "warnings": [],
     }
     skipped = {
-        "kernel": "gemm", "impl": "*", "impl_kind": None, "language": None,
-        "backend": "cuda", "device": None, "device_index": -1, "dtype": "", "shape": {},
-        "status": "skipped", "reason": "backend cuda unavailable: no GPU",
+        "kernel": "gemm",
+        "impl": "*",
+        "impl_kind": None,
+        "language": None,
+        "backend": "cuda",
+        "device": None,
+        "device_index": -1,
+        "dtype": "",
+        "shape": {},
+        "status": "skipped",
+        "reason": "backend cuda unavailable: no GPU",
         "parity": {"max_abs_err": None, "max_rel_err": None, "atol": None, "rtol": None, "passed": None},
         "timing": {"median_s": None, "iqr_s": None, "cv": None, "n": 0, "timer": None},
         "metrics": {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None},
@@ -44,19 +86,43 @@ def make_doc() -> dict[str, Any]:
     return {
         "schema_version": 1,
         "kind": "hwbench-results",
-        "run": {"id": "0123abcd", "started": "2026-01-02T03:04:05+00:00", "finished": "2026-01-02T03:05:05+00:00",
-                "incomplete": False, "command": ["hwbench", "run", "--profile", "quick"], "profile": "quick",
-                "seed": 0, "timeout_s": 300.0, "timing": {"budget_s": 0.25}, "price": None,
-                "hwbench": {"version": "0.1.0", "git_commit": None}},
-        "host": {"hostname": "testhost", "os": "Linux-6.0-x86_64", "cpu": {"model": "Test CPU", "cores": 4,
-                                                                          "features": ["avx2", "fma"]}},
+        "run": {
+            "id": "0123abcd",
+            "started": "2026-01-02T03:04:05+00:00",
+            "finished": "2026-01-02T03:05:05+00:00",
+            "incomplete": False,
+            "command": ["hwbench", "run", "--profile", "quick"],
+            "profile": "quick",
+            "seed": 0,
+            "timeout_s": 300.0,
+            "timing": {"budget_s": 0.25},
+            "price": None,
+            "hwbench": {"version": "0.1.0", "git_commit": None},
+        },
+        "host": {
+            "hostname": "testhost",
+            "os": "Linux-6.0-x86_64",
+            "cpu": {"model": "Test CPU", "cores": 4, "features": ["avx2", "fma"]},
+        },
         "software": {"python": "3.12.0", "numpy": "2.0.0"},
         "settings": {"OMP_NUM_THREADS": None},
         "warnings": [],
         "backends": [
-            {"name": "cpu", "available": True, "reason": "",
-             "devices": [{"backend": "cpu", "index": 0, "name": "Test CPU", "vendor": "test", "kind": "cpu",
-                          "peak": {"tflops": {"fp32": 0.1}, "method": "test"}}]},
+            {
+                "name": "cpu",
+                "available": True,
+                "reason": "",
+                "devices": [
+                    {
+                        "backend": "cpu",
+                        "index": 0,
+                        "name": "Test CPU",
+                        "vendor": "test",
+                        "kind": "cpu",
+                        "peak": {"tflops": {"fp32": 0.1}, "method": "test"},
+                    }
+                ],
+            },
             {"name": "cuda", "available": False, "reason": "no GPU", "devices": []},
         ],
         "records": [ok, skipped],
@@ -116,8 +182,9 @@ def test_save_leaves_no_temp_file_on_success(tmp_path: Path, sample_doc) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
 
 
-def test_save_without_hard_links_still_refuses_and_cleans_up(tmp_path: Path, sample_doc,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_save_without_hard_links_still_refuses_and_cleans_up(
+    tmp_path: Path, sample_doc, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_link(src, dst):
         raise PermissionError(1, "Operation not permitted")
 
@@ -256,11 +323,29 @@ def _device_kind(doc):
     doc["backends"][0]["devices"][0]["kind"] = "fpga"
 
 
-@pytest.mark.parametrize("break_it", [
-    lambda d: _set_status(d, "weird"), _ok_without_median, _ok_with_zero_median, _skipped_without_reason,
-    _missing_metrics, _shape_not_int, _wrong_kind, _device_kind,
-], ids=["status-weird", "ok-median-null", "ok-median-zero", "skipped-empty-reason", "no-metrics",
-        "shape-float", "kind", "device-kind"])
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        lambda d: _set_status(d, "weird"),
+        _ok_without_median,
+        _ok_with_zero_median,
+        _skipped_without_reason,
+        _missing_metrics,
+        _shape_not_int,
+        _wrong_kind,
+        _device_kind,
+    ],
+    ids=[
+        "status-weird",
+        "ok-median-null",
+        "ok-median-zero",
+        "skipped-empty-reason",
+        "no-metrics",
+        "shape-float",
+        "kind",
+        "device-kind",
+    ],
+)
 def test_load_refuses_invalid_document(tmp_path: Path, sample_doc, break_it) -> None:
     break_it(sample_doc)
     assert results.validate(sample_doc) != []
@@ -319,6 +404,7 @@ def test_migrate_chains_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
         def upgrade(doc):
             steps.append(n)
             return {**doc, "trail": doc.get("trail", []) + [n]}
+
         return upgrade
 
     monkeypatch.setattr(results, "SCHEMA_VERSION", 3)
@@ -357,7 +443,8 @@ def test_committed_results_glob_looks_in_the_repo_root() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    COMMITTED or [pytest.param(None, marks=pytest.mark.skip(reason="no results/*.json or tests/data/*.json committed"))],
+    COMMITTED
+    or [pytest.param(None, marks=pytest.mark.skip(reason="no results/*.json or tests/data/*.json committed"))],
     ids=lambda p: p.name if isinstance(p, Path) else "none",
 )
 def test_committed_results_file_is_valid(path: Path) -> None:
@@ -374,4 +461,3 @@ def test_file_written_from_sample_doc_passes_cli_validate(tmp_path: Path, sample
     assert "valid (schema_version 1, 2 records)" in capsys.readouterr().out
     bad = _write(tmp_path / "bad.json", {**sample_doc, "kind": "x"})
     assert main(["validate", str(path), str(bad)]) == 1
-

@@ -47,8 +47,10 @@ def _cpu_records() -> list[dict]:
 def platforms(tmp_path: Path) -> list[str]:
     write(tmp_path / "a.json", document(_gpu_records(), [GPU]))
     write(tmp_path / "b.json", document(_cpu_records(), [CPU]))
-    (tmp_path / "a.toml").write_text('name = "A"\nusd_per_hour = 3.0\nmttr_minutes = 30\nmttr_source = "SLA 4.2"\n'
-                                     'sla_availability = 99.9\nresults = ["a.json"]\n')
+    (tmp_path / "a.toml").write_text(
+        'name = "A"\nusd_per_hour = 3.0\nmttr_minutes = 30\nmttr_source = "SLA 4.2"\n'
+        'sla_availability = 99.9\nresults = ["a.json"]\n'
+    )
     (tmp_path / "b.toml").write_text('usd_per_hour = 0.2\nmttr_minutes = 60\nmttr_source = "vendor answer"\n')
     return [str(tmp_path / "a.toml"), f"B={tmp_path / 'b.json'},{tmp_path / 'b.toml'}"]
 
@@ -58,11 +60,20 @@ def _score(texts: list[str], weights: Path | None = None, catalog: Path | None =
     return score_platforms([parse_platform(t) for t in texts], dims, Catalog.load(catalog), origin)
 
 
-@pytest.mark.parametrize("name,raw,expected", [
-    ("network", 10.0, 100.0), ("network", 15.0, 100.0), ("network", 37.5, 50.0), ("network", 60.0, 0.0),
-    ("network", 600.0, 0.0), ("storage", 25000.0, 50.0), ("storage", 75000.0, 100.0),
-    ("time_to_first_step", 225.0, 50.0), ("recovery", 45.0, 100.0 * 75 / 90),
-])
+@pytest.mark.parametrize(
+    "name,raw,expected",
+    [
+        ("network", 10.0, 100.0),
+        ("network", 15.0, 100.0),
+        ("network", 37.5, 50.0),
+        ("network", 60.0, 0.0),
+        ("network", 600.0, 0.0),
+        ("storage", 25000.0, 50.0),
+        ("storage", 75000.0, 100.0),
+        ("time_to_first_step", 225.0, 50.0),
+        ("recovery", 45.0, 100.0 * 75 / 90),
+    ],
+)
 def test_points_mapping(name: str, raw: float, expected: float) -> None:
     dims, _ = load_weights()
     assert dims[name].score(raw) == pytest.approx(expected)
@@ -81,7 +92,12 @@ def test_default_weights_are_the_matrix() -> None:
     dims, origin = load_weights()
     assert origin == "default"
     assert {n: d.weight for n, d in dims.items()} == {
-        "compute_density": 25, "network": 20, "storage": 15, "time_to_first_step": 20, "recovery": 20}
+        "compute_density": 25,
+        "network": 20,
+        "storage": 15,
+        "time_to_first_step": 20,
+        "recovery": 20,
+    }
 
 
 def test_hand_computed_totals(platforms: list[str]) -> None:
@@ -101,7 +117,12 @@ def test_hand_computed_totals(platforms: list[str]) -> None:
     # B: 8 fp32 TFLOPS / 0.2 = 40 -> 40; network missing; 100; 100; (120 - 60) / 90 -> 66.7
     assert b["dimensions"]["compute_density"]["raw"] == pytest.approx(40.0)
     assert b["dimensions"]["compute_density"]["score"] == pytest.approx(40.0)
-    assert b["dimensions"]["network"] == {**b["dimensions"]["network"], "missing": True, "score": None, "weighted": None}
+    assert b["dimensions"]["network"] == {
+        **b["dimensions"]["network"],
+        "missing": True,
+        "score": None,
+        "weighted": None,
+    }
     assert "allreduce" in b["dimensions"]["network"]["reason"]
     assert b["total"] == pytest.approx(10 + 15 + 20 + 40 / 3)
     assert b["max_total"] == pytest.approx(b["total"] + 20) and b["covered_weight"] == 80 and not b["complete"]
@@ -119,8 +140,10 @@ def test_missing_weight_is_not_redistributed(platforms: list[str], tmp_path: Pat
 
 def test_weights_file_keeps_shipped_mappings_and_can_replace_them(platforms: list[str], tmp_path: Path) -> None:
     weights = tmp_path / "w.toml"
-    weights.write_text("[dimensions.compute_density]\nweight = 60\npoints = [[0.0, 0.0], [200.0, 100.0]]\n"
-                       "[dimensions.recovery]\nweight = 40\n")
+    weights.write_text(
+        "[dimensions.compute_density]\nweight = 60\npoints = [[0.0, 0.0], [200.0, 100.0]]\n"
+        "[dimensions.recovery]\nweight = 40\n"
+    )
     doc = _score(platforms, weights)
     a = doc["platforms"][0]
     assert a["dimensions"]["compute_density"]["score"] == pytest.approx(50.0)  # 100 on the absolute scale
@@ -137,14 +160,21 @@ def test_compute_density_needs_16_bit_on_an_accelerator(tmp_path: Path) -> None:
 
 
 def test_price_from_a_user_catalog(tmp_path: Path) -> None:
-    write(tmp_path / "c.json", document([record("gemm", "numpy", "fp32", MATMUL, device="Acme X1 CPU", tflops=2.0)],
-                                        [device("cpu", "Acme X1 CPU", "cpu")]))
+    write(
+        tmp_path / "c.json",
+        document(
+            [record("gemm", "numpy", "fp32", MATMUL, device="Acme X1 CPU", tflops=2.0)],
+            [device("cpu", "Acme X1 CPU", "cpu")],
+        ),
+    )
     missing = _score([str(tmp_path / "c.json")])["platforms"][0]["dimensions"]["compute_density"]
     assert missing["missing"] and "no price for 'Acme X1 CPU'" in missing["reason"]
     catalog = tmp_path / "cat.toml"
-    catalog.write_text('[devices.acme-x1]\nmatch = ["Acme X1"]\nsource = "my lab"\nas_of = "2026-11"\n'
-                       '[[prices]]\ndevice = "acme-x1"\nprovider = "me"\nusd_per_hour = 0.5\n'
-                       'source = "invoice 17"\nas_of = "2026-11"\n')
+    catalog.write_text(
+        '[devices.acme-x1]\nmatch = ["Acme X1"]\nsource = "my lab"\nas_of = "2026-11"\n'
+        '[[prices]]\ndevice = "acme-x1"\nprovider = "me"\nusd_per_hour = 0.5\n'
+        'source = "invoice 17"\nas_of = "2026-11"\n'
+    )
     entry = _score([str(tmp_path / "c.json")], catalog=catalog)["platforms"][0]["dimensions"]["compute_density"]
     assert entry["raw"] == pytest.approx(4.0)  # 2 TFLOPS / 0.5 USD/hour
     assert entry["source"]["usd_per_hour"] == 0.5 and "cat.toml" in entry["source"]["price_source"]
@@ -152,10 +182,10 @@ def test_price_from_a_user_catalog(tmp_path: Path) -> None:
 
 def test_network_reading(tmp_path: Path) -> None:
     ar = [
-        record("allreduce", "gloo", "fp32", {"count": 64, "ranks": 8}, 0.009),     # 256 B, 8 ranks
-        record("allreduce", "gloo", "fp32", {"count": 256, "ranks": 8}, 0.010),    # 1 KiB: gloo's slowest small
-        record("allreduce", "gloo", "fp32", {"count": 512, "ranks": 8}, 0.001),    # 2 KiB: too big
-        record("allreduce", "gloo", "fp32", {"count": 1, "ranks": 4}, 0.002),      # fewer ranks
+        record("allreduce", "gloo", "fp32", {"count": 64, "ranks": 8}, 0.009),  # 256 B, 8 ranks
+        record("allreduce", "gloo", "fp32", {"count": 256, "ranks": 8}, 0.010),  # 1 KiB: gloo's slowest small
+        record("allreduce", "gloo", "fp32", {"count": 512, "ranks": 8}, 0.001),  # 2 KiB: too big
+        record("allreduce", "gloo", "fp32", {"count": 1, "ranks": 4}, 0.002),  # fewer ranks
         record("allreduce", "gloo", "fp32", {"count": 1, "ranks": 8}, 0.003, status="timeout"),
     ]
     write(tmp_path / "n.json", document(ar))
@@ -163,8 +193,10 @@ def test_network_reading(tmp_path: Path) -> None:
     # The run summary's definition: each implementation's slowest small message, the best implementation.
     assert entry["raw"] == pytest.approx(10.0) and entry["source"]["ranks"] == 8
     assert entry["source"]["message_bytes"] == 1024 and entry["source"]["record"].endswith("#records[1]")
-    faster = [record("allreduce", "shm", "fp32", {"count": 1, "ranks": 8}, 0.004),
-              record("allreduce", "shm", "fp32", {"count": 256, "ranks": 8}, 0.006)]
+    faster = [
+        record("allreduce", "shm", "fp32", {"count": 1, "ranks": 8}, 0.004),
+        record("allreduce", "shm", "fp32", {"count": 256, "ranks": 8}, 0.006),
+    ]
     write(tmp_path / "b.json", document(ar + faster))
     entry = _score([str(tmp_path / "b.json")])["platforms"][0]["dimensions"]["network"]
     assert entry["raw"] == pytest.approx(6.0) and entry["source"]["impl"] == "shm"
@@ -188,9 +220,11 @@ def test_warm_cache_option(platforms: list[str], tmp_path: Path) -> None:
 
 def test_cli_on_frozen_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     platform = tmp_path / "vm.toml"
-    platform.write_text(f'name = "dev vm"\nusd_per_hour = 0.2053\nprice_source = "AWS c7a.xlarge"\nprice_as_of = "2026-11"\n'
-                        f'mttr_minutes = 45\nmttr_source = "example"\nresults = ["{DATA / "cpu-base.json"}", '
-                        f'"{DATA / "probe-storage.json"}", "{DATA / "probe-startup.json"}"]\n')
+    platform.write_text(
+        f'name = "dev vm"\nusd_per_hour = 0.2053\nprice_source = "AWS c7a.xlarge"\nprice_as_of = "2026-11"\n'
+        f'mttr_minutes = 45\nmttr_source = "example"\nresults = ["{DATA / "cpu-base.json"}", '
+        f'"{DATA / "probe-storage.json"}", "{DATA / "probe-startup.json"}"]\n'
+    )
     out = tmp_path / "score.json"
     assert main(["score", str(platform), f"bare={DATA / 'cpu-base.json'}", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -204,7 +238,10 @@ def test_cli_on_frozen_files(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     storage = json.loads((DATA / "probe-storage.json").read_text())["records"][0]
     assert vm["storage"]["raw"] == storage["metrics"]["iops"]
     startup = json.loads((DATA / "probe-startup.json").read_text())["records"]
-    assert vm["time_to_first_step"]["raw"] == next(r for r in startup if r["shape"]["warm_cache"] == 0)["timing"]["median_s"]
+    assert (
+        vm["time_to_first_step"]["raw"]
+        == next(r for r in startup if r["shape"]["warm_cache"] == 0)["timing"]["median_s"]
+    )
     assert vm["recovery"]["score"] == pytest.approx(100 * 75 / 90)
 
 
@@ -216,8 +253,8 @@ BAD_WEIGHTS = [
     ("[dimensions.network]\nweight = 100\npoints = [[60.0, 0.0], [15.0, 100.0]]\n", "increase strictly"),
     ("[dimensions.network]\nweight = 100\npoints = [[15.0, 150.0], [60.0, 0.0]]\n", "between 0 and 100"),
     ("[dimensions.network]\nweight = 100\ncolour = 1\n", "unknown key 'colour'"),
-    ("[dimensions.network]\nweight = 100\nbetter = \"sideways\"\n", "better must be"),
-    ("[dimensions.time_to_first_step]\nweight = 100\ncache = \"tepid\"\n", "cache must be"),
+    ('[dimensions.network]\nweight = 100\nbetter = "sideways"\n', "better must be"),
+    ('[dimensions.time_to_first_step]\nweight = 100\ncache = "tepid"\n', "cache must be"),
     ("", "is empty"),
     ("[dimensions\nweight = 1", "not valid TOML"),
     ("[weights]\nnetwork = 100\n", "expected only [dimensions.NAME]"),
@@ -232,8 +269,9 @@ def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str], expecte
 
 
 @pytest.mark.parametrize("text,expected", BAD_WEIGHTS)
-def test_bad_weights(text: str, expected: str, platforms: list[str], tmp_path: Path,
-                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_weights(
+    text: str, expected: str, platforms: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     weights = tmp_path / "w.toml"
     weights.write_text(text)
     _one_line_error(["score", *platforms, "--weights", str(weights)], capsys, expected)
@@ -258,17 +296,22 @@ def test_bad_platform_file(text: str, expected: str, tmp_path: Path, capsys: pyt
 def _bad_results(tmp_path: Path) -> list[tuple[str, str]]:
     good = (DATA / "cpu-base.json").read_text()
     doc = json.loads(good)
-    cases = {"empty.json": ("", "the file is empty"), "truncated.json": (good[: len(good) // 2], "truncated"),
-             "newer.json": (good.replace('"schema_version": 1', '"schema_version": 2', 1), "upgrade hwbench")}
+    cases = {
+        "empty.json": ("", "the file is empty"),
+        "truncated.json": (good[: len(good) // 2], "truncated"),
+        "newer.json": (good.replace('"schema_version": 1', '"schema_version": 2', 1), "upgrade hwbench"),
+    }
     nan = json.loads(good)
     nan["records"][0]["metrics"]["tflops"] = float("nan")
     negative = json.loads(good)
     negative["records"][1]["metrics"]["tflops"] = -2.0
     sample = json.loads(good)
     sample["records"][2]["timing"]["samples_s"][0] = float("inf")
-    for name, bad, expected in (("nan.json", nan, "records[0].metrics.tflops is nan, not a finite number"),
-                                ("negative.json", negative, "records[1].metrics.tflops is -2.0, negative"),
-                                ("sample.json", sample, "records[2].timing.samples_s is inf")):
+    for name, bad, expected in (
+        ("nan.json", nan, "records[0].metrics.tflops is nan, not a finite number"),
+        ("negative.json", negative, "records[1].metrics.tflops is -2.0, negative"),
+        ("sample.json", sample, "records[2].timing.samples_s is inf"),
+    ):
         cases[name] = (json.dumps(bad), expected)
     assert doc["schema_version"] == 1
     out = []
@@ -296,27 +339,45 @@ def test_every_catalog_value_has_source_and_as_of() -> None:
     for key, entry in catalog.devices.items():
         assert str(entry.get("source", "")).strip(), key
         assert date.match(str(entry.get("as_of", ""))), (key, entry.get("as_of"))
-        assert all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-                   for v in entry.get("peak_tflops", {}).values()), key
+        assert all(
+            isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in entry.get("peak_tflops", {}).values()
+        ), key
     for row in catalog.prices:
         assert str(row.get("source", "")).strip(), row
         assert date.match(str(row.get("as_of", ""))), row
 
 
-@pytest.mark.parametrize("text,expected", [
-    ('[devices.x]\nmatch = ["X"]\nas_of = "2026-11"\n', "devices.x needs source and as_of"),
-    ('[devices.x]\nsource = "s"\nas_of = "2026-11"\npeak_tflops = { fp32 = -1.0 }\n', "peak_tflops.fp32 must be"),
-    ('[[prices]]\ndevice = "x"\nusd_per_hour = 1.0\nsource = "s"\n', "price row 1 needs source and as_of"),
-    ('[[prices]]\ndevice = "x"\nusd_per_hour = 0.0\nsource = "s"\nas_of = "2026-11"\n', "positive number"),
-    ('[gpus]\nx = 1\n', "unknown table 'gpus'"),
-])
-def test_user_catalog_must_source_every_value(text: str, expected: str, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ('[devices.x]\nmatch = ["X"]\nas_of = "2026-11"\n', "devices.x needs source and as_of"),
+        ('[devices.x]\nsource = "s"\nas_of = "2026-11"\npeak_tflops = { fp32 = -1.0 }\n', "peak_tflops.fp32 must be"),
+        ('[[prices]]\ndevice = "x"\nusd_per_hour = 1.0\nsource = "s"\n', "price row 1 needs source and as_of"),
+        ('[[prices]]\ndevice = "x"\nusd_per_hour = 0.0\nsource = "s"\nas_of = "2026-11"\n', "positive number"),
+        ("[gpus]\nx = 1\n", "unknown table 'gpus'"),
+    ],
+)
+def test_user_catalog_must_source_every_value(
+    text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog = tmp_path / "cat.toml"
     catalog.write_text(text)
     _one_line_error(["score", str(DATA / "cpu-base.json"), "--catalog", str(catalog)], capsys, expected)
-    _one_line_error(["run", "--backend", "cpu", "--kernel", "gemm", "--catalog", str(catalog),
-                     "--out", str(tmp_path / "never.json")], capsys, expected)
+    _one_line_error(
+        [
+            "run",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "gemm",
+            "--catalog",
+            str(catalog),
+            "--out",
+            str(tmp_path / "never.json"),
+        ],
+        capsys,
+        expected,
+    )
     assert not (tmp_path / "never.json").exists()
 
 
@@ -325,13 +386,37 @@ def test_run_prices_with_a_user_catalog(tmp_path: Path, capsys: pytest.CaptureFi
     from hwbench.sysinfo import cpu_info
 
     catalog = tmp_path / "cat.toml"
-    catalog.write_text(f'[devices.this-cpu]\nmatch = [{json.dumps(cpu_info()["model"])}]\nsource = "test"\n'
-                       'as_of = "2026-11"\n[[prices]]\ndevice = "this-cpu"\nprovider = "me"\nusd_per_hour = 0.25\n'
-                       'source = "invoice 9"\nas_of = "2026-11"\n')
+    catalog.write_text(
+        f'[devices.this-cpu]\nmatch = [{json.dumps(cpu_info()["model"])}]\nsource = "test"\n'
+        'as_of = "2026-11"\n[[prices]]\ndevice = "this-cpu"\nprovider = "me"\nusd_per_hour = 0.25\n'
+        'source = "invoice 9"\nas_of = "2026-11"\n'
+    )
     out = tmp_path / "run.json"
-    assert main(["run", "--backend", "cpu", "--kernel", "gemm", "--impl", "numpy", "--dtype", "fp32", "--quiet",
-                 "--shape", "gemm:M=32,N=32,K=32", "--budget", "0.01", "--catalog", str(catalog),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--backend",
+                "cpu",
+                "--kernel",
+                "gemm",
+                "--impl",
+                "numpy",
+                "--dtype",
+                "fp32",
+                "--quiet",
+                "--shape",
+                "gemm:M=32,N=32,K=32",
+                "--budget",
+                "0.01",
+                "--catalog",
+                str(catalog),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = load(out)
     (rec,) = [r for r in doc["records"] if r["status"] == "ok"]
     assert doc["run"]["catalog"] == str(catalog)

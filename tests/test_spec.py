@@ -27,21 +27,24 @@ def test_parse_shape_arg_booleans(text: str, value: int) -> None:
     assert parse_shape_arg(f"attention:S=4,causal={text}") == ("attention", {"S": 4, "causal": value})
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("gemm", "expected KERNEL:NAME=INT"),            # missing colon
-    ("gemm M=1", "expected KERNEL:NAME=INT"),
-    (":M=1", "expected KERNEL:NAME=INT"),             # no kernel
-    ("gemm:", "expected KERNEL:NAME=INT"),            # nothing after the colon
-    ("gemm:M", "is not NAME=INT"),                    # missing '='
-    ("gemm:M=1,N", "is not NAME=INT"),
-    ("gemm:M=1,", "is not NAME=INT"),                 # trailing comma
-    ("gemm:=5", "is not NAME=INT"),                   # empty name
-    ("gemm:M=x", "'x' is not an integer"),            # non-integer
-    ("gemm:M=1.5", "'1.5' is not an integer"),
-    ("gemm:M=", "'' is not an integer"),
-    ("gemm:M=yes", "'yes' is not an integer"),
-    ("gemm:M=1,M=2", "'M' is given twice"),           # duplicate key
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("gemm", "expected KERNEL:NAME=INT"),  # missing colon
+        ("gemm M=1", "expected KERNEL:NAME=INT"),
+        (":M=1", "expected KERNEL:NAME=INT"),  # no kernel
+        ("gemm:", "expected KERNEL:NAME=INT"),  # nothing after the colon
+        ("gemm:M", "is not NAME=INT"),  # missing '='
+        ("gemm:M=1,N", "is not NAME=INT"),
+        ("gemm:M=1,", "is not NAME=INT"),  # trailing comma
+        ("gemm:=5", "is not NAME=INT"),  # empty name
+        ("gemm:M=x", "'x' is not an integer"),  # non-integer
+        ("gemm:M=1.5", "'1.5' is not an integer"),
+        ("gemm:M=", "'' is not an integer"),
+        ("gemm:M=yes", "'yes' is not an integer"),
+        ("gemm:M=1,M=2", "'M' is given twice"),  # duplicate key
+    ],
+)
 def test_parse_shape_arg_malformed(text: str, fragment: str) -> None:
     with pytest.raises(UserError, match="malformed --shape") as info:
         parse_shape_arg(text)
@@ -73,7 +76,13 @@ def test_complete_rejects_dimension_given_twice_through_alias() -> None:
 
 def test_attention_complete_s_sets_seq_q_and_seq_k_defaults_to_it() -> None:
     assert ATTENTION.complete({"S": 128}) == {
-        "batch": 1, "heads": 1, "seq_q": 128, "seq_k": 128, "head_dim": 64, "causal": 0}
+        "batch": 1,
+        "heads": 1,
+        "seq_q": 128,
+        "seq_k": 128,
+        "head_dim": 64,
+        "causal": 0,
+    }
     shape = ATTENTION.complete({"B": 2, "H": 8, "S": 100, "Sk": 50, "D": 32, "causal": 1})
     assert shape == {"batch": 2, "heads": 8, "seq_q": 100, "seq_k": 50, "head_dim": 32, "causal": 1}
 
@@ -143,8 +152,9 @@ def test_allreduce_flops_and_bus_factor() -> None:
 @pytest.fixture
 def wide_values() -> np.ndarray:
     rng = np.random.default_rng(1234)
-    return np.concatenate([rng.uniform(-4.0, 4.0, 2000), rng.standard_normal(2000) * 1e-3,
-                           rng.standard_normal(500) * 1e4])
+    return np.concatenate(
+        [rng.uniform(-4.0, 4.0, 2000), rng.standard_normal(2000) * 1e-3, rng.standard_normal(500) * 1e4]
+    )
 
 
 def test_bf16_values_have_low_16_bits_zero(wide_values) -> None:
@@ -205,11 +215,14 @@ def test_nan_with_full_payload_stays_nan(dtype: str) -> None:
 # --- inputs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kernel,shape", [
-    (GEMM, {"M": 3, "N": 4, "K": 5}),
-    (ATTENTION, {"batch": 1, "heads": 2, "seq_q": 3, "seq_k": 4, "head_dim": 5, "causal": 0}),
-    (ALLREDUCE, {"count": 50, "ranks": 3}),
-])
+@pytest.mark.parametrize(
+    "kernel,shape",
+    [
+        (GEMM, {"M": 3, "N": 4, "K": 5}),
+        (ATTENTION, {"batch": 1, "heads": 2, "seq_q": 3, "seq_k": 4, "head_dim": 5, "causal": 0}),
+        (ALLREDUCE, {"count": 50, "ranks": 3}),
+    ],
+)
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_make_inputs_deterministic_per_seed(kernel, shape, dtype: str) -> None:
     a = kernel.make_inputs(shape, dtype, seed=7)

@@ -37,8 +37,7 @@ def test_quartiles_interpolate_between_samples() -> None:
 
 def test_single_sample() -> None:
     s = summarize([0.5])
-    assert s == Summary(n=1, median=0.5, mean=0.5, std=0.0, q1=0.5, q3=0.5, iqr=0.0, cv=0.0,
-                        min=0.5, max=0.5, p99=0.5)
+    assert s == Summary(n=1, median=0.5, mean=0.5, std=0.0, q1=0.5, q3=0.5, iqr=0.0, cv=0.0, min=0.5, max=0.5, p99=0.5)
     assert stability_warnings(s, resolution_s=1e-9) == []
 
 

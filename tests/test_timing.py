@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
-from typing import Callable, Iterable
 
 import pytest
 
@@ -118,8 +118,7 @@ def test_noisy_samples_stop_at_max_samples(clock: FakeClock) -> None:
 
 def test_flush_before_every_timed_call(clock: FakeClock) -> None:
     calls, timer = _setup([2.0**-10], clock)
-    config = TimingConfig(warmup_s=2.0**-7, budget_s=10.0, min_samples=10, max_samples=1000,
-                          target_cv=0.01, flush=True)
+    config = TimingConfig(warmup_s=2.0**-7, budget_s=10.0, min_samples=10, max_samples=1000, target_cv=0.01, flush=True)
     t = measure(calls.run, timer, calls.flush, config)
     assert t.flushed is True
     assert t.warmup == 8  # 2**-7 / 2**-10
@@ -133,8 +132,7 @@ def test_flush_before_every_timed_call(clock: FakeClock) -> None:
 
 def test_no_flush_when_disabled(clock: FakeClock) -> None:
     calls, timer = _setup([1e-3, 3e-3], clock)
-    config = TimingConfig(warmup_s=0.0, budget_s=5e-3, min_samples=10, max_samples=1000,
-                          target_cv=0.01, flush=False)
+    config = TimingConfig(warmup_s=0.0, budget_s=5e-3, min_samples=10, max_samples=1000, target_cv=0.01, flush=False)
     t = measure(calls.run, timer, calls.flush, config)
     assert t.flushed is False
     assert calls.flushes == 0

@@ -21,8 +21,13 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbe
 pytest.importorskip("torch", reason="the Triton interpreter runs on torch CPU tensors; torch is not installed")
 
 GEMM_CASES = [("fp16", 37, 45, 70), ("fp32", 37, 45, 70), ("tf32", 33, 17, 65), ("fp32", 1, 63, 129)]
-ATTN_CASES = [(dtype, causal, d, sq, sk) for dtype in ("fp16", "fp32") for causal in (0, 1) for d in (64, 128)
-              for sq, sk in ((37, 37), (45, 53 if not causal else 45))] + [("fp32", 1, 40, 23, 23)]
+ATTN_CASES = [
+    (dtype, causal, d, sq, sk)
+    for dtype in ("fp16", "fp32")
+    for causal in (0, 1)
+    for d in (64, 128)
+    for sq, sk in ((37, 37), (45, 53 if not causal else 45))
+] + [("fp32", 1, 40, 23, 23)]
 
 _CHILD = textwrap.dedent("""
     import json, sys
@@ -59,8 +64,13 @@ _CHILD = textwrap.dedent("""
 def interpreted() -> dict[str, list]:
     """Run every case once in a child with the interpreter on; results by case name."""
     env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(GEMM_CASES), json.dumps(ATTN_CASES)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(GEMM_CASES), json.dumps(ATTN_CASES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -73,14 +83,17 @@ def test_gemm_interpreted_matches_reference(interpreted, dtype: str, m: int, n: 
 
 
 @pytest.mark.parametrize("dtype,causal,d,sq,sk", ATTN_CASES)
-def test_attention_interpreted_matches_reference(interpreted, dtype: str, causal: int, d: int, sq: int,
-                                                 sk: int) -> None:
+def test_attention_interpreted_matches_reference(
+    interpreted, dtype: str, causal: int, d: int, sq: int, sk: int
+) -> None:
     passed, err, reason = interpreted[f"attention-{dtype}-c{causal}-d{d}-{sq}x{sk}"]
     assert passed, reason
 
 
-@pytest.mark.skip(reason="Triton's interpreter does not support bfloat16 tl.dot (it multiplies the raw bits: "
-                         "triton-lang/triton#11584); bf16 is checked by hwbench compile and on GPUs")
+@pytest.mark.skip(
+    reason="Triton's interpreter does not support bfloat16 tl.dot (it multiplies the raw bits: "
+    "triton-lang/triton#11584); bf16 is checked by hwbench compile and on GPUs"
+)
 def test_bf16_interpreted() -> None:
     raise AssertionError("unreachable")
 

@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import hwbench_cmd
+
 from hwbench.runner import Plan, execute
 from hwbench.timing import TimingConfig
 from hwbench.worker import Worker, WorkerDied
@@ -44,8 +44,13 @@ def faulty_doc() -> dict:
 
 
 def _run_faulty() -> dict:
-    plan = Plan(backends=["faulty"], kernels=["gemm"], shapes={"gemm": [SHAPE]}, timeout_s=4.0,
-                timing=TimingConfig(warmup_s=0.0, budget_s=0.02, min_samples=3))
+    plan = Plan(
+        backends=["faulty"],
+        kernels=["gemm"],
+        shapes={"gemm": [SHAPE]},
+        timeout_s=4.0,
+        timing=TimingConfig(warmup_s=0.0, budget_s=0.02, min_samples=3),
+    )
     return execute(plan, {"gemm": ("fp32",)}, {"gemm": [SHAPE]})
 
 
@@ -86,8 +91,15 @@ def test_failed_parity_is_never_timed(faulty_doc: dict) -> None:
 
 def test_worker_restarts_after_a_crash(faulty_env: dict[str, str]) -> None:
     with Worker() as worker:
-        case = {"kernel": "gemm", "impl": "segfault", "backend": "faulty", "device_index": 0, "dtype": "fp32",
-                "shape": SHAPE, "timing": {"budget_s": 0.01, "warmup_s": 0.0}}
+        case = {
+            "kernel": "gemm",
+            "impl": "segfault",
+            "backend": "faulty",
+            "device_index": 0,
+            "dtype": "fp32",
+            "shape": SHAPE,
+            "timing": {"budget_s": 0.01, "warmup_s": 0.0},
+        }
         with pytest.raises(WorkerDied) as died:
             worker.request({"op": "case", "case": case}, timeout=30)
         assert died.value.status == "crashed"
@@ -113,11 +125,30 @@ def test_ctrl_c_saves_finished_cases_and_leaves_no_process(faulty_env: dict[str,
     marker = f"HWBENCH_TEST_MARKER={uuid.uuid4().hex}"
     env = dict(faulty_env, HWBENCH_TEST_MARKER=marker.split("=", 1)[1])
     proc = subprocess.Popen(
-        hwbench_cmd("run", "--backend", "faulty", "--kernel", "gemm", "--impl", "good,hang",
-                    "--shape", "gemm:M=33,N=17,K=9", "--budget", "0.02", "--timeout", "120", "--out", str(out)),
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "faulty",
+            "--kernel",
+            "gemm",
+            "--impl",
+            "good,hang",
+            "--shape",
+            "gemm:M=33,N=17,K=9",
+            "--budget",
+            "0.02",
+            "--timeout",
+            "120",
+            "--out",
+            str(out),
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # A background shell starts children with SIGINT ignored; a terminal user's hwbench has it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stderr is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the good case is done and the hang has started

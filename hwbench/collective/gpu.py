@@ -16,7 +16,8 @@ Timing uses device events around each iteration; inputs are built and checked on
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,8 +48,9 @@ class GPUCollective(Collective):
 
         found = torch.cuda.device_count()
         if world.local_rank >= found:
-            raise CollectiveError(f"local rank {world.local_rank} needs GPU {world.local_rank}; "
-                                  f"this node has {found}", "skipped")
+            raise CollectiveError(
+                f"local rank {world.local_rank} needs GPU {world.local_rank}; this node has {found}", "skipped"
+            )
         torch.cuda.set_device(world.local_rank)
         self.world = world
         self.device = torch.device("cuda", world.local_rank)
@@ -62,7 +64,7 @@ class GPUCollective(Collective):
         import torch
 
         period = torch.tensor(pattern, dtype=torch.float64, device=self.device).to(buf.dtype)
-        return period.repeat(-(-buf.numel() // period.numel()))[:buf.numel()]
+        return period.repeat(-(-buf.numel() // period.numel()))[: buf.numel()]
 
     def fill(self, buf: Any, pattern: np.ndarray) -> None:
         buf.copy_(self._repeat(buf, pattern))
@@ -88,12 +90,12 @@ class GPUCollective(Collective):
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for start, end in zip(starts, ends):
+        for start, end in zip(starts, ends, strict=False):
             start.record()
             op()
             end.record()
         ends[-1].synchronize()
-        return np.array([s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends)])
+        return np.array([s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends, strict=False)])
 
 
 class NcclAllReduce(GPUCollective):
@@ -115,8 +117,11 @@ class NcclAllReduce(GPUCollective):
             raise CollectiveError(f"NCCL's first all_reduce gave {probe.item()}, not {world.size}")
         version = torch.cuda.nccl.version()
         text = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        self.config = {"library": f"{'RCCL' if torch.version.hip else 'NCCL'} {text}",
-                       "out_of_place": "copy_ then all_reduce", "gpu": torch.cuda.get_device_name(self.device)}
+        self.config = {
+            "library": f"{'RCCL' if torch.version.hip else 'NCCL'} {text}",
+            "out_of_place": "copy_ then all_reduce",
+            "gpu": torch.cuda.get_device_name(self.device),
+        }
         self._keep: list[Any] = []
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[Any, Any]:
@@ -143,9 +148,19 @@ def slices(count: int, ranks: int, itemsize: int) -> list[tuple[int, int]]:
     return [(min(r * chunk, count), min((r + 1) * chunk, count)) for r in range(ranks)]
 
 
-def symmetric_operation(inputs: Any, outputs: Any, scratch: Any, rank: int, ranks: int, count: int, dtype: Any,
-                        in_place: bool, reduce: Callable[[Any, Sequence[Any], int, int], None],
-                        timeout_ms: int, oneshot_max_bytes: int = ONESHOT_MAX_BYTES) -> Callable[[], None]:
+def symmetric_operation(
+    inputs: Any,
+    outputs: Any,
+    scratch: Any,
+    rank: int,
+    ranks: int,
+    count: int,
+    dtype: Any,
+    in_place: bool,
+    reduce: Callable[[Any, Sequence[Any], int, int], None],
+    timeout_ms: int,
+    oneshot_max_bytes: int = ONESHOT_MAX_BYTES,
+) -> Callable[[], None]:
     """One AllReduce over symmetric buffers ``inputs``/``outputs`` (handles); synchronised by their signal pads.
 
     ``reduce(out, buffers, lo, hi)`` sums ``buffers`` into ``out`` over ``[lo, hi)``; ``scratch``
@@ -190,16 +205,21 @@ class TritonSymmAllReduce(GPUCollective):
     def __init__(self, world: World, max_bytes: int) -> None:
         super().__init__(world)
         if world.nodes > 1:
-            raise CollectiveError(f"triton_symm shares buffers among the GPUs of one node; this world spans "
-                                  f"{world.nodes} nodes", "skipped")
+            raise CollectiveError(
+                f"triton_symm shares buffers among the GPUs of one node; this world spans {world.nodes} nodes",
+                "skipped",
+            )
         import torch
         import torch.distributed._symmetric_memory as symm_mem
 
         from hwbench.kernels.allreduce import triton as kernel
 
         if world.local_size > kernel.MAX_RANKS:
-            raise CollectiveError(f"one launch of the Triton reduction reads up to {kernel.MAX_RANKS} GPUs' buffers, "
-                                  f"not {world.local_size}", "skipped")
+            raise CollectiveError(
+                f"one launch of the Triton reduction reads up to {kernel.MAX_RANKS} GPUs' buffers, "
+                f"not {world.local_size}",
+                "skipped",
+            )
         self.kernel = kernel
         self.region = -(-max(max_bytes, 1) // ALIGN) * ALIGN
         self.tensors = [symm_mem.empty(self.region, dtype=torch.uint8, device=self.device) for _ in range(2)]
@@ -208,9 +228,12 @@ class TritonSymmAllReduce(GPUCollective):
         self.handles = [symm_mem.rendezvous(t, world.group) for t in self.tensors]
         self.scratch = torch.empty(self.region, dtype=torch.uint8, device=self.device)
         self.timeout_ms = int(world.timeout_s * 1000)
-        self.config = {"algorithm": f"one-shot <= {ONESHOT_MAX_BYTES} B, else reduce-scatter (Triton) + all-gather "
-                                    "(peer copies)", "sync": "symmetric memory signal pads (device barrier)",
-                       "gpu": torch.cuda.get_device_name(self.device), "block": kernel.BLOCK}
+        self.config = {
+            "algorithm": f"one-shot <= {ONESHOT_MAX_BYTES} B, else reduce-scatter (Triton) + all-gather (peer copies)",
+            "sync": "symmetric memory signal pads (device barrier)",
+            "gpu": torch.cuda.get_device_name(self.device),
+            "block": kernel.BLOCK,
+        }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[Any, Any]:
         tdtype = _torch_dtype(dtype)
@@ -220,10 +243,19 @@ class TritonSymmAllReduce(GPUCollective):
     def operation(self, inp: Any, out: Any, dtype: str) -> Callable[[], None]:
         import torch
 
-        scratch = self.scratch.view(torch.uint8)[:inp.numel() * inp.element_size()].view(inp.dtype)
-        return symmetric_operation(self.handles[0], self.handles[1], scratch, self.world.local_rank,
-                                   self.world.local_size, inp.numel(), inp.dtype, inp is out,
-                                   lambda o, bufs, lo, hi: self.kernel.reduce(o, bufs, lo, hi), self.timeout_ms)
+        scratch = self.scratch.view(torch.uint8)[: inp.numel() * inp.element_size()].view(inp.dtype)
+        return symmetric_operation(
+            self.handles[0],
+            self.handles[1],
+            scratch,
+            self.world.local_rank,
+            self.world.local_size,
+            inp.numel(),
+            inp.dtype,
+            inp is out,
+            lambda o, bufs, lo, hi: self.kernel.reduce(o, bufs, lo, hi),
+            self.timeout_ms,
+        )
 
     def close(self) -> None:
         self.handles, self.tensors = [], []

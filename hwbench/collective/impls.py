@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Collective(ABC):
     def operation(self, inp: Any, out: Any, dtype: str) -> Callable[[], None]:
         """A call that performs one AllReduce of ``inp`` into ``out`` on every rank."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (a no-op by default, not abstract)
         """Release what :meth:`buffers` and set-up acquired."""
 
     # Host buffers by default; device implementations fill, check and time on the device.
@@ -137,8 +138,10 @@ class ShmPortableAllReduce(Collective):
     def __init__(self, world: World, max_bytes: int, timeout_s: float) -> None:
         import torch.distributed as dist
 
-        spins, yields = (int(os.environ.get(f"HWBENCH_AR_{what}", default)) for what, default in
-                         (("SPINS", SPINS), ("YIELDS", YIELDS)))
+        spins, yields = (
+            int(os.environ.get(f"HWBENCH_AR_{what}", default))
+            for what, default in (("SPINS", SPINS), ("YIELDS", YIELDS))
+        )
 
         self.world = world
         self.layout = Layout(world.local_size, max_bytes)
@@ -161,10 +164,15 @@ class ShmPortableAllReduce(Collective):
         assert self.segment is not None
         self.comm = ShmAllReduce(self.segment, self.layout, world.local_rank, timeout_s, spins, yields)
         self.cross = world.cross_group()
-        self.config = {"local_ranks": world.local_size, "nodes": world.nodes, "oneshot_max_bytes": self.layout.slot_bytes,
-                       "algorithm": "one-shot <= slot, else reduce-scatter + all-gather"
-                                    + ("; across nodes: gloo all_reduce of each slice" if world.nodes > 1 else ""),
-                       "spins": spins, "yields": yields}
+        self.config = {
+            "local_ranks": world.local_size,
+            "nodes": world.nodes,
+            "oneshot_max_bytes": self.layout.slot_bytes,
+            "algorithm": "one-shot <= slot, else reduce-scatter + all-gather"
+            + ("; across nodes: gloo all_reduce of each slice" if world.nodes > 1 else ""),
+            "spins": spins,
+            "yields": yields,
+        }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
         inp = self.comm.buffer("in", count, NP_DTYPES[dtype])
@@ -178,6 +186,7 @@ class ShmPortableAllReduce(Collective):
 
         group, whole = self.cross, torch.from_numpy(out)
         if inp.nbytes <= self.layout.slot_bytes:
+
             def small() -> None:
                 self.comm.allreduce(inp, out, dtype)
                 dist.all_reduce(whole, group=group)

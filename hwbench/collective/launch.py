@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import mpi
 from .rank import EXIT_COLLECTIVE_ERROR, INIT_TIMEOUT_S
@@ -70,8 +71,15 @@ class Outcome:
 class Launch:
     """One group of ``ranks`` local processes running ``job``."""
 
-    def __init__(self, job: dict[str, Any], ranks: int, timeout_s: float, on_event: OnEvent,
-                 env: dict[str, str] | None = None, use_mpi: bool = False) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        ranks: int,
+        timeout_s: float,
+        on_event: OnEvent,
+        env: dict[str, str] | None = None,
+        use_mpi: bool = False,
+    ) -> None:
         self.job, self.ranks, self.timeout_s, self.on_event = job, ranks, timeout_s, on_event
         self.use_mpi = use_mpi
         self.env = dict(os.environ if env is None else env)
@@ -85,9 +93,16 @@ class Launch:
         job_path = self.dir / "job.json"
         job_path.write_text(json.dumps({**self.job, "parent_pid": os.getpid()}))
         argv = [sys.executable, "-m", "hwbench.collective.rank", str(job_path)]
-        common = dict(self.env, WORLD_SIZE=str(self.ranks), LOCAL_WORLD_SIZE=str(self.ranks), GROUP_RANK="0",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PYTHONUNBUFFERED="1",
-                      OMP_NUM_THREADS="1")
+        common = dict(
+            self.env,
+            WORLD_SIZE=str(self.ranks),
+            LOCAL_WORLD_SIZE=str(self.ranks),
+            GROUP_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+        )
         common[TOKEN_ENV] = self.token
         if self.use_mpi:
             self._spawn_mpirun(argv, common)
@@ -95,8 +110,9 @@ class Launch:
         for rank in range(self.ranks):
             self.procs.append(self._popen(argv, dict(common, RANK=str(rank), LOCAL_RANK=str(rank)), f"rank{rank}.log"))
 
-    def _popen(self, argv: list[str], env: dict[str, str], log_name: str, die_with_launcher: bool = False
-               ) -> subprocess.Popen[bytes]:
+    def _popen(
+        self, argv: list[str], env: dict[str, str], log_name: str, die_with_launcher: bool = False
+    ) -> subprocess.Popen[bytes]:
         # A process group of its own (killed as one), but the launcher's session: a session
         # apiece would put each rank in its own scheduler autogroup and slow every wake-up.
         new_group = sys.version_info < (3, 11)  # older Pythons have no process_group argument
@@ -109,8 +125,15 @@ class Launch:
 
         group: dict[str, Any] = {} if new_group else {"process_group": 0}
         with open(self.dir / log_name, "wb") as log:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                    preexec_fn=setup if new_group or die_with_launcher else None, **group)
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                preexec_fn=setup if new_group or die_with_launcher else None,
+                **group,
+            )
 
     def _spawn_mpirun(self, argv: list[str], env: dict[str, str]) -> None:
         """One mpirun for all ranks; Open MPI's session and shared-memory files stay in this launch's folders."""
@@ -155,7 +178,7 @@ class Launch:
         with open(path, "rb") as handle:
             handle.seek(self._offset)
             data = handle.read()
-        complete = data[:data.rfind(b"\n") + 1]
+        complete = data[: data.rfind(b"\n") + 1]
         self._offset += len(complete)
         for line in complete.splitlines():
             event = json.loads(line)
@@ -242,15 +265,22 @@ class Launch:
         # there is another rank's doing, so only the case in flight is blamed.
         impl = phase.split(":", 1)[1] if phase.startswith("setup:") and error["status"] != "timeout" else None
         stuck = [r for r, c in enumerate(codes) if c is None and r not in errors]
-        self._set(error["status"], f"rank {rank}: {error['message']}"
-                  + (f"; still running without an error: rank {', '.join(map(str, stuck))}" if stuck else ""), impl)
+        self._set(
+            error["status"],
+            f"rank {rank}: {error['message']}"
+            + (f"; still running without an error: rank {', '.join(map(str, stuck))}" if stuck else ""),
+            impl,
+        )
 
     def _timed_out(self, what: str) -> None:
         errors = self._errors()
         alive = self._alive()
         detail = "; ".join(f"rank {r}: {e['message']}" for r, e in errors.items())
-        self._set("timeout", f"{what}; ranks still running: {', '.join(map(str, alive)) or 'none'}"
-                  + (f"; {detail}" if detail else ""), None)
+        self._set(
+            "timeout",
+            f"{what}; ranks still running: {', '.join(map(str, alive)) or 'none'}" + (f"; {detail}" if detail else ""),
+            None,
+        )
 
     def _set(self, status: str, reason: str, impl: str | None) -> None:
         self.outcome.status, self.outcome.reason, self.outcome.failed_impl = status, reason, impl

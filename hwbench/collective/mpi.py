@@ -17,7 +17,8 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ MPI_ENV = "HWBENCH_AR_MPI"
 INSTALL = "pip install 'hwbench[mpi]' after apt-get install openmpi-bin libopenmpi-dev"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mpirun_version(path: str) -> str:
     try:
         done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
@@ -55,7 +56,8 @@ def missing() -> str:
         return "mpirun is not on PATH (apt-get install openmpi-bin)"
     version = _mpirun_version(path)
     if "Open MPI" not in version and "OpenRTE" not in version:
-        return f"hwbench launches MPI ranks with Open MPI's mpirun; {path} is: {version.splitlines()[0] if version else '?'}"
+        first = version.splitlines()[0] if version else "?"
+        return f"hwbench launches MPI ranks with Open MPI's mpirun; {path} is: {first}"
     return ""
 
 
@@ -64,9 +66,22 @@ def command(ranks: int, argv: list[str], session_dir: str, shm_dir: str) -> list
     path = mpirun()
     if path is None:
         raise CollectiveError("mpirun is not on PATH (apt-get install openmpi-bin)", "skipped")
-    return [path, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", str(ranks),
-            "--mca", "orte_tmpdir_base", session_dir, "--mca", "btl_vader_backing_directory", shm_dir,
-            *argv]
+    return [
+        path,
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-n",
+        str(ranks),
+        "--mca",
+        "orte_tmpdir_base",
+        session_dir,
+        "--mca",
+        "btl_vader_backing_directory",
+        shm_dir,
+        *argv,
+    ]
 
 
 def rank_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -118,8 +133,11 @@ class MpiAllReduce(Collective):
 
     def __init__(self, world: World) -> None:
         if os.environ.get(MPI_ENV) != "1":
-            raise CollectiveError("these ranks are not MPI processes (hwbench starts mpi cases with mpirun; "
-                                  "under torchrun run them with --ranks N instead)", "skipped")
+            raise CollectiveError(
+                "these ranks are not MPI processes (hwbench starts mpi cases with mpirun; "
+                "under torchrun run them with --ranks N instead)",
+                "skipped",
+            )
         self.world = world
         _arrive(world)
         import mpi4py
@@ -130,11 +148,16 @@ class MpiAllReduce(Collective):
 
         self.mpi, self.comm = MPI, MPI.COMM_WORLD
         if (self.comm.Get_rank(), self.comm.Get_size()) != (world.rank, world.size):
-            raise CollectiveError(f"MPI rank {self.comm.Get_rank()} of {self.comm.Get_size()} is not "
-                                  f"rank {world.rank} of {world.size}")
-        self.config = {"library": MPI.Get_library_version().split(",")[0].strip(), "mpi4py": mpi4py.__version__,
-                       "launcher": "mpirun --oversubscribe --bind-to none", "in_place": "Allreduce(MPI.IN_PLACE, buf)",
-                       "out_of_place": "Allreduce(sendbuf, recvbuf)"}
+            raise CollectiveError(
+                f"MPI rank {self.comm.Get_rank()} of {self.comm.Get_size()} is not rank {world.rank} of {world.size}"
+            )
+        self.config = {
+            "library": MPI.Get_library_version().split(",")[0].strip(),
+            "mpi4py": mpi4py.__version__,
+            "launcher": "mpirun --oversubscribe --bind-to none",
+            "in_place": "Allreduce(MPI.IN_PLACE, buf)",
+            "out_of_place": "Allreduce(sendbuf, recvbuf)",
+        }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
         _arrive(self.world)

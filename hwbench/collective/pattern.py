@@ -31,7 +31,7 @@ def fill_periodic(buf: np.ndarray, pattern: np.ndarray) -> None:
     done = head
     while done < n:
         step = min(done, n - done)
-        buf[done:done + step] = buf[:step]
+        buf[done : done + step] = buf[:step]
         done += step
 
 
@@ -43,7 +43,7 @@ def count_wrong(buf: np.ndarray, pattern: np.ndarray) -> tuple[int, float]:
     wrong, worst = 0, 0.0
     chunk = PERIOD * 65536
     for lo in range(0, full, chunk):
-        block = buf[lo:min(lo + chunk, full)].reshape(-1, PERIOD)
+        block = buf[lo : min(lo + chunk, full)].reshape(-1, PERIOD)
         bad = block != want
         wrong += int(np.count_nonzero(bad))
         if bad.any():
@@ -51,8 +51,8 @@ def count_wrong(buf: np.ndarray, pattern: np.ndarray) -> tuple[int, float]:
                 diff = np.abs(block.astype(np.float64) - pattern)
             worst = max(worst, float(np.nanmax(np.where(np.isfinite(diff), diff, np.inf))))
     tail = buf[full:]
-    bad = tail != want[:tail.size]
+    bad = tail != want[: tail.size]
     if bad.any():
         wrong += int(np.count_nonzero(bad))
-        worst = max(worst, float(np.max(np.abs(tail.astype(np.float64) - pattern[:tail.size]))))
+        worst = max(worst, float(np.max(np.abs(tail.astype(np.float64) - pattern[: tail.size]))))
     return wrong, worst

@@ -18,8 +18,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .impls import Collective, create
 from .mpi import MPI_ENV, finalize, rank_environment
@@ -44,7 +45,9 @@ def init_process_group(world: World, timeout_s: float) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://", timeout=dt.timedelta(seconds=max(timeout_s, INIT_TIMEOUT_S)))
+        dist.init_process_group(
+            "gloo", init_method="env://", timeout=dt.timedelta(seconds=max(timeout_s, INIT_TIMEOUT_S))
+        )
     world.timeout_s = timeout_s
     world.group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout_s))
 
@@ -85,8 +88,9 @@ def serve(world: World, job: dict[str, Any], emit: Emit, phase: list[str] | None
             result = run_case(impls[name], case, world)
             if world.rank == 0:
                 base = dict(case["record"], config={**case["record"].get("config", {}), **impls[name].config})
-                emit({"event": "record", "index": case["index"],
-                      "record": to_record(base, result, job["resolution_s"])})
+                emit(
+                    {"event": "record", "index": case["index"], "record": to_record(base, result, job["resolution_s"])}
+                )
         phase[0] = "done"
     finally:
         for impl in impls.values():

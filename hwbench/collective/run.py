@@ -11,8 +11,9 @@ one device, and a profile's sweep continues to at least :data:`GPU_SWEEP_MIN_BYT
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from hwbench.case import CaseRequest, base_record, failed
 from hwbench.runner import fill_coordinates
@@ -45,12 +46,18 @@ def _support(case: CaseRequest, backends: list[dict[str, Any]]) -> str | None:
     if impl is None or device is None:
         return f"{case.backend} has no implementation '{case.impl}' or device {case.device_index}"
     if case.impl == "mpi" and joined_rank() is not None:
-        return ("under torchrun the ranks are not MPI processes: run the mpi cases with --ranks N "
-                "(hwbench starts them with mpirun)")
+        return (
+            "under torchrun the ranks are not MPI processes: run the mpi cases with --ranks N "
+            "(hwbench starts them with mpirun)"
+        )
     if case.backend in GPU_BACKENDS and case.shape["ranks"] > len(described["devices"]):
-        return (f"{case.shape['ranks']} ranks need one GPU each; {case.backend} has {len(described['devices'])} "
-                "(use --ranks to match)")
-    info = DeviceInfo(case.backend, case.device_index, device["name"], device.get("vendor", ""), device.get("kind", "cpu"))
+        return (
+            f"{case.shape['ranks']} ranks need one GPU each; {case.backend} has {len(described['devices'])} "
+            "(use --ranks to match)"
+        )
+    info = DeviceInfo(
+        case.backend, case.device_index, device["name"], device.get("vendor", ""), device.get("kind", "cpu")
+    )
     verdict = backend.supports(impl, case.dtype, info)
     return None if verdict.ok else verdict.reason
 
@@ -86,11 +93,21 @@ def _job(cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: fl
         timing = case.timing or {}
         nbytes = case.shape["count"] * DTYPE_BYTES[case.dtype]
         max_bytes[case.impl] = max(max_bytes.get(case.impl, 0), nbytes)
-        items.append({"index": index, "impl": case.impl, "backend": case.backend, "dtype": case.dtype,
-                      "count": case.shape["count"],
-                      "ranks": case.shape["ranks"], "in_place": case.shape["in_place"], "seed": case.seed,
-                      "budget_s": float(timing.get("budget_s", 0.25)), "warmup_s": float(timing.get("warmup_s", 0.05)),
-                      "record": fill_coordinates(base_record(case, None, None), backends)})
+        items.append(
+            {
+                "index": index,
+                "impl": case.impl,
+                "backend": case.backend,
+                "dtype": case.dtype,
+                "count": case.shape["count"],
+                "ranks": case.shape["ranks"],
+                "in_place": case.shape["in_place"],
+                "seed": case.seed,
+                "budget_s": float(timing.get("budget_s", 0.25)),
+                "warmup_s": float(timing.get("warmup_s", 0.05)),
+                "record": fill_coordinates(base_record(case, None, None), backends),
+            }
+        )
     return {"cases": items, "max_bytes": max_bytes, "timeout_s": timeout_s, "resolution_s": WallTimer().resolution_s}
 
 
@@ -112,8 +129,9 @@ class _Sink:
             self.progress(self.offset + index + 1, self.total, event["record"], case)
 
 
-def _run_local(cases: list[CaseRequest], ranks: int, backends: list[dict[str, Any]], timeout_s: float,
-               sink: _Sink) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
+def _run_local(
+    cases: list[CaseRequest], ranks: int, backends: list[dict[str, Any]], timeout_s: float, sink: _Sink
+) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
     """Launch ranks until every case has a record (fresh ranks after each failure)."""
     job = _job(cases, backends, timeout_s)
     records: dict[int, dict[str, Any]] = {}
@@ -128,9 +146,16 @@ def _run_local(cases: list[CaseRequest], ranks: int, backends: list[dict[str, An
             return records, True, participants
         done = set(outcome.records)
         if outcome.status is not None:
-            doomed = [c for c in pending if c["index"] not in done and (
-                c["index"] == outcome.in_flight or not outcome.ready
-                or (outcome.failed_impl is not None and c["impl"] == outcome.failed_impl))]
+            doomed = [
+                c
+                for c in pending
+                if c["index"] not in done
+                and (
+                    c["index"] == outcome.in_flight
+                    or not outcome.ready
+                    or (outcome.failed_impl is not None and c["impl"] == outcome.failed_impl)
+                )
+            ]
             if not doomed:  # failed between cases: blame the next one so the loop always advances
                 doomed = [next(c for c in pending if c["index"] not in done)]
             for item in doomed:
@@ -141,8 +166,9 @@ def _run_local(cases: list[CaseRequest], ranks: int, backends: list[dict[str, An
     return records, False, participants
 
 
-def _run_joined(cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float,
-                sink: _Sink) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
+def _run_joined(
+    cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float, sink: _Sink
+) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
     """Rank 0 under torchrun: hand the job to every rank and run it here."""
     import torch.distributed as dist
 
@@ -178,14 +204,19 @@ def _run_joined(cases: list[CaseRequest], backends: list[dict[str, Any]], timeou
             if current and item["index"] == current[0]:
                 records[item["index"]] = failed(dict(item["record"]), status, f"rank 0: {reason}")
             else:
-                records[item["index"]] = failed(dict(item["record"]), "skipped",
-                                                f"not run: the ranks stopped after case {current[0] if current else '?'} failed")
+                records[item["index"]] = failed(
+                    dict(item["record"]),
+                    "skipped",
+                    f"not run: the ranks stopped after case {current[0] if current else '?'} failed",
+                )
     finally:
         dist.destroy_process_group()
     return records, False, participants
 
 
-def _default_dtypes(cases: list[CaseRequest], asked: list[str] | None) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
+def _default_dtypes(
+    cases: list[CaseRequest], asked: list[str] | None
+) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
     """Without ``--dtype`` the sweep runs fp32 only; one skipped record says how to get the others."""
     if asked:
         return cases, []
@@ -193,14 +224,23 @@ def _default_dtypes(cases: list[CaseRequest], asked: list[str] | None) -> tuple[
     notes = []
     for backend, dtype in sorted({(c.backend, c.dtype) for c in cases if c.dtype != DEFAULT_DTYPE}):
         stub = CaseRequest("allreduce", "*", backend, -1, dtype, {})
-        notes.append(failed(base_record(stub, None, None), "skipped",
-                            f"AllReduce sweeps {DEFAULT_DTYPE} unless --dtype asks for others (e.g. --dtype {dtype})"))
+        notes.append(
+            failed(
+                base_record(stub, None, None),
+                "skipped",
+                f"AllReduce sweeps {DEFAULT_DTYPE} unless --dtype asks for others (e.g. --dtype {dtype})",
+            )
+        )
     return kept, notes
 
 
-def run_collective(cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float,
-                   progress: Progress | None = None,
-                   dtypes: list[str] | None = None) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
+def run_collective(
+    cases: list[CaseRequest],
+    backends: list[dict[str, Any]],
+    timeout_s: float,
+    progress: Progress | None = None,
+    dtypes: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
     """Records of every AllReduce case (both in-place variants), whether interrupted, and run facts."""
     cases, records = _default_dtypes(cases, dtypes)
     expanded = expand(gpu_cases(cases))
@@ -225,8 +265,9 @@ def run_collective(cases: list[CaseRequest], backends: list[dict[str, Any]], tim
             got, interrupted, participants = _run_joined(group, backends, timeout_s, sink)
         else:
             got, interrupted, participants = _run_local(group, ranks, backends, timeout_s, sink)
-        info["launches"].append({"ranks": ranks, "mode": "torchrun" if joined else "local",
-                                 "wall_s": time.monotonic() - started})
+        info["launches"].append(
+            {"ranks": ranks, "mode": "torchrun" if joined else "local", "wall_s": time.monotonic() - started}
+        )
         if len(participants) >= len(info["participants"]):
             info["participants"] = participants
         records += [got[i] for i in sorted(got)]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import mmap
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,9 @@ class Layout:
         from hwbench.kernels.allreduce.llvm import MAX_LOCAL_RANKS
 
         if not 1 <= self.ranks <= MAX_LOCAL_RANKS:
-            raise CollectiveError(f"the shared-memory AllReduce takes 1 to {MAX_LOCAL_RANKS} ranks per node, got {self.ranks}")
+            raise CollectiveError(
+                f"the shared-memory AllReduce takes 1 to {MAX_LOCAL_RANKS} ranks per node, got {self.ranks}"
+            )
 
     @property
     def slots(self) -> int:
@@ -128,15 +131,15 @@ class ShmAllReduce:
     :class:`CollectiveError` with status ``timeout`` naming it, on every other rank.
     """
 
-    def __init__(self, segment: Segment, layout: Layout, rank: int, timeout_s: float,
-                 spins: int = 200, yields: int = 4) -> None:
+    def __init__(
+        self, segment: Segment, layout: Layout, rank: int, timeout_s: float, spins: int = 200, yields: int = 4
+    ) -> None:
         from hwbench.kernels.allreduce import llvm as kernels
 
         self.segment, self.layout, self.rank = segment, layout, rank
         self._kernels = kernels
         self._state = np.zeros(8, dtype=np.int64)  # barriers passed by this rank
-        self._sync = (segment.address, rank, layout.ranks, self._state.ctypes.data,
-                      int(timeout_s * 1e9), spins, yields)
+        self._sync = (segment.address, rank, layout.ranks, self._state.ctypes.data, int(timeout_s * 1e9), spins, yields)
         self._bound: dict[str, Any] = {}
         self.timeout_s = timeout_s
 
@@ -151,7 +154,7 @@ class ShmAllReduce:
         if nbytes > self.layout.max_bytes:
             raise ValueError(f"{nbytes} bytes exceed the segment's {self.layout.max_bytes}")
         start = self.layout.heap + self.rank * self.layout.stride + (self.layout.out_offset if which == "out" else 0)
-        return self.segment.array[start:start + nbytes].view(dtype)
+        return self.segment.array[start : start + nbytes].view(dtype)
 
     def _heap_offset(self, buf: np.ndarray) -> int:
         offset = buf.ctypes.data - self.segment.address - self.layout.heap - self.rank * self.layout.stride
@@ -166,12 +169,14 @@ class ShmAllReduce:
         late = self.late_ranks()
         who = f"local rank(s) {', '.join(map(str, late))}" if late else "a rank"
         if rc == self._kernels.TIMED_OUT:
-            raise CollectiveError(f"{who} did not arrive within {self.timeout_s:g} s (shared-memory barrier)", "timeout")
+            raise CollectiveError(
+                f"{who} did not arrive within {self.timeout_s:g} s (shared-memory barrier)", "timeout"
+            )
         raise CollectiveError(f"another rank gave up waiting; {who} had not arrived", "timeout")
 
     def late_ranks(self) -> list[int]:
         """Local ranks whose last arrival is behind this rank's."""
-        flags = self.segment.array[self._kernels.FLAGS:].view(np.int64)[:: self._kernels.LINE // 8]
+        flags = self.segment.array[self._kernels.FLAGS :].view(np.int64)[:: self._kernels.LINE // 8]
         mine = int(self._state[0])
         return [r for r in range(self.layout.ranks) if int(flags[r]) < mine]
 
@@ -184,12 +189,24 @@ class ShmAllReduce:
         k = self.kernels(dtype)
         if inp.nbytes <= self.layout.slot_bytes:
             fn = k.oneshot
-            args = (*self._sync, self.segment.address + self.layout.slots, self.layout.slot_bytes,
-                    inp.ctypes.data, out.ctypes.data, inp.size)
+            args = (
+                *self._sync,
+                self.segment.address + self.layout.slots,
+                self.layout.slot_bytes,
+                inp.ctypes.data,
+                out.ctypes.data,
+                inp.size,
+            )
         else:
             fn = k.allreduce
-            args = (*self._sync, self.segment.address + self.layout.heap, self.layout.stride,
-                    self._heap_offset(inp), self._heap_offset(out), inp.size)
+            args = (
+                *self._sync,
+                self.segment.address + self.layout.heap,
+                self.layout.stride,
+                self._heap_offset(inp),
+                self._heap_offset(out),
+                inp.size,
+            )
         check = self.check
 
         def call() -> None:
@@ -202,15 +219,30 @@ class ShmAllReduce:
     def reduce_scatter(self, inp: np.ndarray, out: np.ndarray, dtype: str) -> tuple[int, int]:
         """Barrier, then this rank's slice of the sum into ``out``; returns the slice's element range."""
         k = self.kernels(dtype)
-        self.check(k.reduce_scatter(*self._sync, self.segment.address + self.layout.heap, self.layout.stride,
-                                    self._heap_offset(inp), self._heap_offset(out), inp.size))
+        self.check(
+            k.reduce_scatter(
+                *self._sync,
+                self.segment.address + self.layout.heap,
+                self.layout.stride,
+                self._heap_offset(inp),
+                self._heap_offset(out),
+                inp.size,
+            )
+        )
         return self._kernels.slice_bounds(inp.size, self.layout.ranks, self.rank, inp.itemsize)
 
     def all_gather(self, out: np.ndarray, dtype: str) -> None:
         """Barrier, copy every other rank's slice of ``out`` into this rank's, barrier."""
         k = self.kernels(dtype)
-        self.check(k.all_gather(*self._sync, self.segment.address + self.layout.heap, self.layout.stride,
-                                self._heap_offset(out), out.size))
+        self.check(
+            k.all_gather(
+                *self._sync,
+                self.segment.address + self.layout.heap,
+                self.layout.stride,
+                self._heap_offset(out),
+                out.size,
+            )
+        )
 
     def barrier(self) -> None:
         """All local ranks meet (through the shared counter, not the network)."""

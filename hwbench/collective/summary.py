@@ -31,8 +31,13 @@ def bandwidths(record: dict[str, Any], kernel: Any) -> dict[str, float]:
 
 
 def _key(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (record["backend"], record.get("device_index"), record["kernel"], record["dtype"],
-            tuple(sorted(record["shape"].items())))
+    return (
+        record["backend"],
+        record.get("device_index"),
+        record["kernel"],
+        record["dtype"],
+        tuple(sorted(record["shape"].items())),
+    )
 
 
 def per_native_overheads(records: list[dict[str, Any]]) -> None:
@@ -44,23 +49,33 @@ def per_native_overheads(records: list[dict[str, Any]]) -> None:
     for r in records:
         if r["kernel"] == "allreduce" and r.get("impl_kind") == "portable" and r["status"] == "ok":
             twins = natives.get(_key(r), {})
-            r["metrics"]["porting_overheads"] = {name: metrics.porting_overhead(t, r["timing"]["median_s"])
-                                                 for name, t in twins.items()}
+            r["metrics"]["porting_overheads"] = {
+                name: metrics.porting_overhead(t, r["timing"]["median_s"]) for name, t in twins.items()
+            }
 
 
-def small_message_latency(records: list[dict[str, Any]], limit: int = SMALL_BYTES) -> tuple[float, dict[str, Any]] | None:
+def small_message_latency(
+    records: list[dict[str, Any]], limit: int = SMALL_BYTES
+) -> tuple[float, dict[str, Any]] | None:
     """Small-message latency of a run: per implementation the largest p50 among ``ok`` messages of at
     most ``limit`` bytes (every small message completes in that), the best implementation's figure.
 
     Only records with the most ranks count. Returns the p50 and the record it comes from, or None.
     """
-    ok = [r for r in records if r["kernel"] == "allreduce" and r["status"] == "ok"
-          and r["timing"].get("median_s") and message_bytes(r) <= limit]
+    ok = [
+        r
+        for r in records
+        if r["kernel"] == "allreduce"
+        and r["status"] == "ok"
+        and r["timing"].get("median_s")
+        and message_bytes(r) <= limit
+    ]
     ranks = max((r["shape"].get("ranks", 1) for r in ok), default=None)
     worst: dict[str, dict[str, Any]] = {}
     for r in ok:
         if r["shape"].get("ranks", 1) == ranks and (
-                r["impl"] not in worst or worst[r["impl"]]["timing"]["median_s"] < r["timing"]["median_s"]):
+            r["impl"] not in worst or worst[r["impl"]]["timing"]["median_s"] < r["timing"]["median_s"]
+        ):
             worst[r["impl"]] = r
     if not worst:
         return None
@@ -70,8 +85,11 @@ def small_message_latency(records: list[dict[str, Any]], limit: int = SMALL_BYTE
 
 def summarize(doc: dict[str, Any]) -> None:
     """Fill ``doc["collective"]`` with small-message latency and peak busbw, per implementation."""
-    ok = [r for r in doc["records"] if r["kernel"] == "allreduce" and r["status"] == "ok"
-          and r["metrics"].get("busbw_gbps") is not None]
+    ok = [
+        r
+        for r in doc["records"]
+        if r["kernel"] == "allreduce" and r["status"] == "ok" and r["metrics"].get("busbw_gbps") is not None
+    ]
     if not ok and "collective" not in doc:
         return
     summary = doc.setdefault("collective", {})
@@ -80,9 +98,16 @@ def summarize(doc: dict[str, Any]) -> None:
     for r in ok:
         if r["shape"]["ranks"] != ranks:
             continue
-        entry = impls.setdefault(r["impl"], {"impl_kind": r.get("impl_kind"), "small_message_latency_s": None,
-                                             "small_message_bytes": None, "peak_busbw_gbps": None,
-                                             "peak_busbw_bytes": None})
+        entry = impls.setdefault(
+            r["impl"],
+            {
+                "impl_kind": r.get("impl_kind"),
+                "small_message_latency_s": None,
+                "small_message_bytes": None,
+                "peak_busbw_gbps": None,
+                "peak_busbw_bytes": None,
+            },
+        )
         p50, nbytes = r["timing"]["median_s"], message_bytes(r)
         if nbytes <= SMALL_BYTES and r["dtype"] == "fp32" and (entry["small_message_latency_s"] or 0) < p50:
             entry["small_message_latency_s"], entry["small_message_bytes"] = p50, nbytes
@@ -90,12 +115,15 @@ def summarize(doc: dict[str, Any]) -> None:
             entry["peak_busbw_gbps"], entry["peak_busbw_bytes"] = r["metrics"]["busbw_gbps"], nbytes
     small = small_message_latency(ok)
     peaks = [(e["peak_busbw_gbps"], n) for n, e in impls.items() if e["peak_busbw_gbps"]]
-    summary.update({
-        "ranks": ranks, "nodes": len({p.get("node") for p in summary.get("participants", [])}) or None,
-        "small_message_max_bytes": SMALL_BYTES,
-        "small_message_latency_s": small[0] if small else None,
-        "small_message_latency_impl": small[1]["impl"] if small else None,
-        "peak_busbw_gbps": max(peaks)[0] if peaks else None,
-        "peak_busbw_impl": max(peaks)[1] if peaks else None,
-        "impls": impls,
-    })
+    summary.update(
+        {
+            "ranks": ranks,
+            "nodes": len({p.get("node") for p in summary.get("participants", [])}) or None,
+            "small_message_max_bytes": SMALL_BYTES,
+            "small_message_latency_s": small[0] if small else None,
+            "small_message_latency_impl": small[1]["impl"] if small else None,
+            "peak_busbw_gbps": max(peaks)[0] if peaks else None,
+            "peak_busbw_impl": max(peaks)[1] if peaks else None,
+            "impls": impls,
+        }
+    )

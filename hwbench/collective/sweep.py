@@ -11,7 +11,8 @@ messages go through the default process group, never inside the timed loop.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,9 @@ def _gather(values: np.ndarray, world: World) -> np.ndarray:
     return torch.stack(rows).numpy()
 
 
-def _verify(impl: Collective, op: Callable[[], None], inp: Any, out: Any, row: np.ndarray,
-            want: np.ndarray) -> tuple[int, float]:
+def _verify(
+    impl: Collective, op: Callable[[], None], inp: Any, out: Any, row: np.ndarray, want: np.ndarray
+) -> tuple[int, float]:
     impl.fill(inp, row)
     if out is not inp:
         impl.poison(out)  # an output the operation never writes cannot pass
@@ -63,8 +65,14 @@ def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, 
     wrong_before, worst_before = _verify(impl, op, inp, out, row, want)
     totals = _gather(np.array([wrong_before, worst_before]), world)
     if totals[:, 0].sum() > 0:
-        return {"status": "parity_failed", "mismatches": int(totals[:, 0].sum()), "max_abs_err": float(totals[:, 1].max()),
-                "elements": count * world.size, "samples": [], "when": "before timing"}
+        return {
+            "status": "parity_failed",
+            "mismatches": int(totals[:, 0].sum()),
+            "max_abs_err": float(totals[:, 1].max()),
+            "elements": count * world.size,
+            "samples": [],
+            "when": "before timing",
+        }
 
     op()
     estimate = _max_over_ranks(impl.time_once(op), world)
@@ -77,10 +85,17 @@ def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, 
     rows = _gather(np.concatenate([samples, [wrong_after, worst_after]]), world)
     per_iter = rows[:, :iters].max(axis=0)
     wrong = int(rows[:, iters].sum())
-    result = {"status": "ok" if wrong == 0 else "parity_failed", "mismatches": wrong,
-              "max_abs_err": float(rows[:, iters + 1].max()), "elements": count * world.size,
-              "samples": per_iter.tolist(), "warmup": warmup + 3, "when": f"after {iters} timed iterations",
-              "timer": impl.timer, "resolution_s": impl.resolution_s}
+    result = {
+        "status": "ok" if wrong == 0 else "parity_failed",
+        "mismatches": wrong,
+        "max_abs_err": float(rows[:, iters + 1].max()),
+        "elements": count * world.size,
+        "samples": per_iter.tolist(),
+        "warmup": warmup + 3,
+        "when": f"after {iters} timed iterations",
+        "timer": impl.timer,
+        "resolution_s": impl.resolution_s,
+    }
     del op, inp, out
     return result
 
@@ -89,20 +104,43 @@ def to_record(base: dict[str, Any], result: dict[str, Any], resolution_s: float)
     """Fill a record's parity and timing from :func:`run_case`'s result."""
     record = dict(base)
     passed = result["mismatches"] == 0
-    record["parity"] = {"max_abs_err": result["max_abs_err"], "max_rel_err": None, "atol": 0.0, "rtol": 0.0,
-                        "exact": True, "mismatches": result["mismatches"], "nonfinite": None,
-                        "elements": result["elements"], "passed": passed}
+    record["parity"] = {
+        "max_abs_err": result["max_abs_err"],
+        "max_rel_err": None,
+        "atol": 0.0,
+        "rtol": 0.0,
+        "exact": True,
+        "mismatches": result["mismatches"],
+        "nonfinite": None,
+        "elements": result["elements"],
+        "passed": passed,
+    }
     if not passed:
         record["status"] = "parity_failed"
-        record["reason"] = (f"{result['mismatches']} of {result['elements']} elements wrong over all ranks "
-                            f"({result['when']}; largest error {result['max_abs_err']:g})")
+        record["reason"] = (
+            f"{result['mismatches']} of {result['elements']} elements wrong over all ranks "
+            f"({result['when']}; largest error {result['max_abs_err']:g})"
+        )
     if result["samples"]:
         s = summarize(result["samples"])
         record["timing"] = {
-            "median_s": s.median, "p99_s": s.p99, "iqr_s": s.iqr, "q1_s": s.q1, "q3_s": s.q3, "mean_s": s.mean,
-            "std_s": s.std, "cv": s.cv, "min_s": s.min, "max_s": s.max, "n": s.n,
-            "timer": result.get("timer", Collective.timer), "resolution_s": result.get("resolution_s") or resolution_s,
-            "flushed": False, "warmup": result["warmup"], "stopped_by": "budget", "samples_s": result["samples"],
+            "median_s": s.median,
+            "p99_s": s.p99,
+            "iqr_s": s.iqr,
+            "q1_s": s.q1,
+            "q3_s": s.q3,
+            "mean_s": s.mean,
+            "std_s": s.std,
+            "cv": s.cv,
+            "min_s": s.min,
+            "max_s": s.max,
+            "n": s.n,
+            "timer": result.get("timer", Collective.timer),
+            "resolution_s": result.get("resolution_s") or resolution_s,
+            "flushed": False,
+            "warmup": result["warmup"],
+            "stopped_by": "budget",
+            "samples_s": result["samples"],
         }
         record["warnings"] = stability_warnings(s, resolution_s)
     return record

@@ -12,8 +12,9 @@ import datetime as dt
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .shm import CollectiveError
 
@@ -48,7 +49,7 @@ class World:
     _groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "World":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> World:
         env = os.environ if env is None else env
         try:
             rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
@@ -58,8 +59,10 @@ class World:
         except (KeyError, ValueError) as exc:
             raise CollectiveError(f"rank environment is incomplete or malformed: {exc}") from None
         if size % local_size or rank != node * local_size + local_rank:
-            raise CollectiveError(f"rank {rank} of {size} is local rank {local_rank} of {local_size} on node {node}: "
-                                  "hwbench needs the same number of ranks on every node, numbered node by node")
+            raise CollectiveError(
+                f"rank {rank} of {size} is local rank {local_rank} of {local_size} on node {node}: "
+                "hwbench needs the same number of ranks on every node, numbered node by node"
+            )
         return cls(rank, size, local_rank, local_size, node, env.get(TOKEN_ENV))
 
     @property
@@ -79,8 +82,10 @@ class World:
             import torch.distributed as dist
 
             for local in range(self.local_size):  # every rank creates every group, in the same order
-                group = dist.new_group([node * self.local_size + local for node in range(self.nodes)],
-                                       timeout=dt.timedelta(seconds=self.timeout_s))
+                group = dist.new_group(
+                    [node * self.local_size + local for node in range(self.nodes)],
+                    timeout=dt.timedelta(seconds=self.timeout_s),
+                )
                 if local == self.local_rank:
                     self._groups["cross"] = group
         return self._groups["cross"]
@@ -99,5 +104,12 @@ def describe_rank(world: World, gpu: bool = False) -> dict[str, Any]:
             device = f"{torch.cuda.get_device_name(world.local_rank)} (GPU {world.local_rank})"
         except Exception as exc:  # no GPU for this rank: its cases say why
             device = f"no GPU {world.local_rank}: {exc}"[:200]
-    return {"rank": world.rank, "local_rank": world.local_rank, "node": world.node,
-            "hostname": socket.gethostname(), "os": platform.platform(), "device": device, "pid": os.getpid()}
+    return {
+        "rank": world.rank,
+        "local_rank": world.local_rank,
+        "node": world.node,
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "device": device,
+        "pid": os.getpid(),
+    }

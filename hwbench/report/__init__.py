@@ -17,16 +17,19 @@ from .data import Run, rows
 from .summary import summary
 
 
-def build(runs: list[tuple[Path, dict[str, Any]]], catalog: Catalog | None = None,
-          title: str = "hwbench report") -> str:
+def build(
+    runs: list[tuple[Path, dict[str, Any]]], catalog: Catalog | None = None, title: str = "hwbench report"
+) -> str:
     """The report page for ``runs`` (path and loaded document of each results file)."""
     catalog = catalog or Catalog.load()
     loaded = [Run(Path(path), doc) for path, doc in runs]
     found = rows(loaded)
     hosts = ", ".join(dict.fromkeys(run.host for run in loaded))
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    subtitle = (f"{len(loaded)} results file(s): {', '.join(run.path.name for run in loaded)} · host(s) {hosts} · "
-                f"made by hwbench {__version__} at {stamp}")
+    subtitle = (
+        f"{len(loaded)} results file(s): {', '.join(run.path.name for run in loaded)} · host(s) {hosts} · "
+        f"made by hwbench {__version__} at {stamp}"
+    )
     body = {
         "summary": summary(loaded, catalog),
         "roofline": sections.roofline(found, catalog),

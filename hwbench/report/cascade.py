@@ -48,8 +48,9 @@ def _median(record: dict[str, Any]) -> float | None:
     return num(timing.get("median_s")) or num(timing.get("p50_s"))
 
 
-def _efficiency(natives: dict[tuple[Any, ...], float], portables: dict[tuple[Any, ...], dict[str, Any]]) \
-        -> tuple[float, int]:
+def _efficiency(
+    natives: dict[tuple[Any, ...], float], portables: dict[tuple[Any, ...], dict[str, Any]]
+) -> tuple[float, int]:
     """Harmonic-mean efficiency over the native's cases, and how many cases counted."""
     values: list[float] = []
     for case, t_native in natives.items():
@@ -80,7 +81,9 @@ def cascades(rows: list[Row]) -> list[Cascade]:
             continue
         scored = [(d, *_efficiency(cases, by_device.get(d, {}))) for d, cases in natives[kernel].items()]
         scored.sort(key=lambda s: (-s[1], s[0].label))
-        steps = [Step(k + 1, d, eff, n, performance_portability([s[1] for s in scored[: k + 1]]))
-                 for k, (d, eff, n) in enumerate(scored)]
+        steps = [
+            Step(k + 1, d, eff, n, performance_portability([s[1] for s in scored[: k + 1]]))
+            for k, (d, eff, n) in enumerate(scored)
+        ]
         out.append(Cascade(kernel, impl, steps))
     return out

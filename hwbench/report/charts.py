@@ -19,16 +19,22 @@ def _series_colors(keys: list[str]) -> dict[str, str]:
     return {key: color(i) for i, key in enumerate(dict.fromkeys(keys))}
 
 
-def roofline(ident: str, title: str, points: list[dict[str, Any]], roofs: dict[str, float],
-             bandwidth_gbps: float | None) -> str:
+def roofline(
+    ident: str, title: str, points: list[dict[str, Any]], roofs: dict[str, float], bandwidth_gbps: float | None
+) -> str:
     """Achieved TFLOPS against arithmetic intensity under the compute roofs (and the memory roof)."""
     ais = [p["ai"] for p in points]
     ridges = [peak * 1000.0 / bandwidth_gbps for peak in roofs.values()] if bandwidth_gbps else []
     x_lo, x_hi = data_range([min(ais + ridges) / 2, max(ais + ridges) * 2], log=True)
     tops = [p["tflops"] for p in points] + list(roofs.values())
     y_lo, y_hi = data_range([min(tops) / 2, max(tops) * 1.6], log=True)
-    plot = Plot(ident, title, Axis("arithmetic intensity (flop/byte)", x_lo, x_hi, log=True),
-                Axis("achieved TFLOPS", y_lo, y_hi, log=True), legend_width=230)
+    plot = Plot(
+        ident,
+        title,
+        Axis("arithmetic intensity (flop/byte)", x_lo, x_hi, log=True),
+        Axis("achieved TFLOPS", y_lo, y_hi, log=True),
+        legend_width=230,
+    )
     for i, (dtype, peak) in enumerate(sorted(roofs.items(), key=lambda kv: -kv[1])):
         dash = ROOF_DASH[i % len(ROOF_DASH)] or None
         if bandwidth_gbps:
@@ -45,8 +51,10 @@ def roofline(ident: str, title: str, points: list[dict[str, Any]], roofs: dict[s
     for p in points:
         series = f"{p['kernel']} {p['impl']}"
         pct = f", {p['pct_peak']:.1f}% of peak" if p.get("pct_peak") is not None else ""
-        tip = (f"{series} ({p['kind']}) {p['dtype']} {p['shape']}: {p['tflops']:.4g} TFLOPS{pct}, "
-               f"{p['ai']:.4g} flop/byte, {p['gbps']:.4g} GB/s")
+        tip = (
+            f"{series} ({p['kind']}) {p['dtype']} {p['shape']}: {p['tflops']:.4g} TFLOPS{pct}, "
+            f"{p['ai']:.4g} flop/byte, {p['gbps']:.4g} GB/s"
+        )
         plot.point(p["ai"], p["tflops"], colors[series], tip, _marker(p["dtype"]))
         plot.add_legend(f"{series} {p['dtype']}", colors[series], marker=_marker(p["dtype"]))
     return plot.render()
@@ -58,16 +66,24 @@ def overhead(ident: str, title: str, rows: list[dict[str, Any]]) -> str:
     lo, hi = data_range(values, log=False, include_zero=True)
     n = len(rows)
     ticks = [(n - 1 - i, f"{r['kernel']} {r['impl']} {r['dtype']} {r['shape']}") for i, r in enumerate(rows)]
-    plot = Plot(ident, title, Axis("porting overhead 1 − t_native / t_portable (+: slower than native)", lo, hi,
-                                   fmt=fmt_percent),
-                Axis("", -0.6, n - 0.4, ticks=ticks), width=700, height=max(200, 90 + 22 * n), margin_left=330,
-                legend_width=130)
+    plot = Plot(
+        ident,
+        title,
+        Axis("porting overhead 1 − t_native / t_portable (+: slower than native)", lo, hi, fmt=fmt_percent),
+        Axis("", -0.6, n - 0.4, ticks=ticks),
+        width=700,
+        height=max(200, 90 + 22 * n),
+        margin_left=330,
+        legend_width=130,
+    )
     colors = _series_colors([r["kernel"] for r in rows])
     plot.line([0, 0], [-0.6, n - 0.4], "#333", width=1)
     for i, r in enumerate(rows):
         y = n - 1 - i
-        tip = (f"{r['kernel']} {r['impl']} vs {r['native']} {r['dtype']} {r['shape']}: overhead "
-               f"{r['overhead'] * 100:+.1f}%")
+        tip = (
+            f"{r['kernel']} {r['impl']} vs {r['native']} {r['dtype']} {r['shape']}: overhead "
+            f"{r['overhead'] * 100:+.1f}%"
+        )
         plot.bar(0, y - 0.32, r["overhead"], y + 0.32, colors[r["kernel"]], tip)
         plot.add_legend(str(r["kernel"]), colors[r["kernel"]], marker="square")
     return plot.render()
@@ -76,17 +92,24 @@ def overhead(ident: str, title: str, rows: list[dict[str, Any]]) -> str:
 def cascade(ident: str, title: str, items: list[Cascade]) -> str:
     """Efficiency of each implementation on its k-th best device (markers) and PP of the first k (lines)."""
     n = max(len(c.steps) for c in items)
-    plot = Plot(ident, title, Axis("devices, best first (k)", 0.5, n + 0.5,
-                                   ticks=[(k, str(k)) for k in range(1, n + 1)]),
-                Axis("efficiency vs native / PP", 0.0, 1.05,
-                     ticks=[(v / 5, f"{v / 5:.1f}") for v in range(6)]))
+    plot = Plot(
+        ident,
+        title,
+        Axis("devices, best first (k)", 0.5, n + 0.5, ticks=[(k, str(k)) for k in range(1, n + 1)]),
+        Axis("efficiency vs native / PP", 0.0, 1.05, ticks=[(v / 5, f"{v / 5:.1f}") for v in range(6)]),
+    )
     for i, item in enumerate(items):
         c, shift = color(i), (i - (len(items) - 1) / 2) * 0.06  # side by side where values coincide
         ks, pps = [s.rank + shift for s in item.steps], [s.pp for s in item.steps]
         plot.line(ks, pps, c, tip=f"{item.kernel} {item.impl}: PP over the first k devices")
         for s in item.steps:
-            plot.point(s.rank + shift, s.efficiency, c, f"{item.kernel} {item.impl} on {s.device.label}: efficiency "
-                       f"{s.efficiency:.3f} over {s.cases} case(s); PP of the first {s.rank}: {s.pp:.3f}")
+            plot.point(
+                s.rank + shift,
+                s.efficiency,
+                c,
+                f"{item.kernel} {item.impl} on {s.device.label}: efficiency "
+                f"{s.efficiency:.3f} over {s.cases} case(s); PP of the first {s.rank}: {s.pp:.3f}",
+            )
         plot.add_legend(f"{item.kernel} {item.impl}", c, marker="circle")
     plot.add_legend("line: PP of first k", "#666")
     return plot.render()
@@ -106,15 +129,25 @@ def busbw(ident: str, points: list[dict[str, Any]]) -> str:
     x_lo, x_hi = data_range([p["bytes"] for p in points], log=True)
     bws = [p["busbw"] for p in points if p["busbw"]]
     y_lo, y_hi = data_range(bws or [1.0], log=True)
-    plot = Plot(ident, "AllReduce bus bandwidth", Axis("message size per rank", x_lo, x_hi, log=True, fmt=fmt_bytes),
-                Axis("busbw (GB/s)", y_lo, y_hi, log=True), width=600, legend_width=210)
+    plot = Plot(
+        ident,
+        "AllReduce bus bandwidth",
+        Axis("message size per rank", x_lo, x_hi, log=True, fmt=fmt_bytes),
+        Axis("busbw (GB/s)", y_lo, y_hi, log=True),
+        width=600,
+        legend_width=210,
+    )
     for i, (name, items) in enumerate(series.items()):
         c = color(i)
         good = [p for p in items if p["busbw"]]
         plot.line([p["bytes"] for p in good], [p["busbw"] for p in good], c, tip=name)
         for p in good:
-            plot.point(p["bytes"], p["busbw"], c, f"{name}: {fmt_bytes(p['bytes'])}, busbw {p['busbw']:.4g} GB/s, "
-                       f"algbw {p['algbw']:.4g} GB/s")
+            plot.point(
+                p["bytes"],
+                p["busbw"],
+                c,
+                f"{name}: {fmt_bytes(p['bytes'])}, busbw {p['busbw']:.4g} GB/s, algbw {p['algbw']:.4g} GB/s",
+            )
         plot.add_legend(name, c, marker="circle")
     return plot.render()
 
@@ -125,8 +158,14 @@ def latency(ident: str, points: list[dict[str, Any]]) -> str:
     x_lo, x_hi = data_range([p["bytes"] for p in points], log=True)
     times = [p["p50_s"] * 1e6 for p in points] + [p["p99_s"] * 1e6 for p in points if p["p99_s"]]
     y_lo, y_hi = data_range(times, log=True)
-    plot = Plot(ident, "AllReduce latency", Axis("message size per rank", x_lo, x_hi, log=True, fmt=fmt_bytes),
-                Axis("latency (µs)", y_lo, y_hi, log=True), width=600, legend_width=210)
+    plot = Plot(
+        ident,
+        "AllReduce latency",
+        Axis("message size per rank", x_lo, x_hi, log=True, fmt=fmt_bytes),
+        Axis("latency (µs)", y_lo, y_hi, log=True),
+        width=600,
+        legend_width=210,
+    )
     for i, (name, items) in enumerate(series.items()):
         c = color(i)
         plot.line([p["bytes"] for p in items], [p["p50_s"] * 1e6 for p in items], c, tip=f"{name} p50")
@@ -135,8 +174,9 @@ def latency(ident: str, points: list[dict[str, Any]]) -> str:
             plot.line([p["bytes"] for p in tail], [p["p99_s"] * 1e6 for p in tail], c, tip=f"{name} p99", dash="5 3")
         for p in items:
             p99 = f", p99 {p['p99_s'] * 1e6:.4g} µs" if p["p99_s"] else ""
-            plot.point(p["bytes"], p["p50_s"] * 1e6, c, f"{name}: {fmt_bytes(p['bytes'])}, p50 "
-                       f"{p['p50_s'] * 1e6:.4g} µs{p99}")
+            plot.point(
+                p["bytes"], p["p50_s"] * 1e6, c, f"{name}: {fmt_bytes(p['bytes'])}, p50 {p['p50_s'] * 1e6:.4g} µs{p99}"
+            )
         plot.add_legend(name, c, marker="circle")
     plot.add_legend("solid p50, dashed p99", "#666", dash="5 3")
     return plot.render()

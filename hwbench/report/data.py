@@ -6,9 +6,10 @@ never raises, and the page then says "no data" where a section comes out empty.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..catalog import Catalog
 from ..display import SHORT
@@ -135,9 +136,19 @@ def roofline_points(device_rows: list[Row]) -> list[dict[str, Any]]:
         tf, gb = num(m.get("tflops")), num(m.get("gbps"))
         if r.get("status") != "ok" or not tf or not gb or r.get("kernel") == "allreduce":
             continue
-        out.append({"kernel": r.get("kernel"), "impl": r.get("impl"), "kind": r.get("impl_kind") or "",
-                    "dtype": r.get("dtype") or "", "shape": shape_text(r.get("shape")), "tflops": tf,
-                    "ai": tf * 1000.0 / gb, "gbps": gb, "pct_peak": num(m.get("pct_peak"))})
+        out.append(
+            {
+                "kernel": r.get("kernel"),
+                "impl": r.get("impl"),
+                "kind": r.get("impl_kind") or "",
+                "dtype": r.get("dtype") or "",
+                "shape": shape_text(r.get("shape")),
+                "tflops": tf,
+                "ai": tf * 1000.0 / gb,
+                "gbps": gb,
+                "pct_peak": num(m.get("pct_peak")),
+            }
+        )
     return out
 
 
@@ -152,20 +163,32 @@ def overhead_rows(all_rows: list[Row]) -> list[dict[str, Any]]:
     for row in all_rows:
         r = row.record
         if r.get("impl_kind") == "native" and r.get("status") == "ok":
-            natives.setdefault((row.device, r.get("kernel"), r.get("impl"), r.get("dtype"),
-                                shape_text(r.get("shape"))), r)
+            natives.setdefault(
+                (row.device, r.get("kernel"), r.get("impl"), r.get("dtype"), shape_text(r.get("shape"))), r
+            )
     out = []
     for row in all_rows:
         r, m = row.record, sub(row.record, "metrics")
         overhead = num(m.get("porting_overhead"))
         if overhead is None or r.get("impl_kind") != "portable":
             continue
-        native = natives.get((row.device, r.get("kernel"), m.get("native_impl"), r.get("dtype"),
-                              shape_text(r.get("shape"))))
-        out.append({"device": row.device, "backend": r.get("backend"), "kernel": r.get("kernel"),
-                    "impl": r.get("impl"), "native": m.get("native_impl") or "?", "dtype": r.get("dtype") or "",
-                    "shape": shape_text(r.get("shape")), "overhead": overhead, "median_s": _median_s(r),
-                    "native_median_s": _median_s(native) if native else None})
+        native = natives.get(
+            (row.device, r.get("kernel"), m.get("native_impl"), r.get("dtype"), shape_text(r.get("shape")))
+        )
+        out.append(
+            {
+                "device": row.device,
+                "backend": r.get("backend"),
+                "kernel": r.get("kernel"),
+                "impl": r.get("impl"),
+                "native": m.get("native_impl") or "?",
+                "dtype": r.get("dtype") or "",
+                "shape": shape_text(r.get("shape")),
+                "overhead": overhead,
+                "median_s": _median_s(r),
+                "native_median_s": _median_s(native) if native else None,
+            }
+        )
     return out
 
 
@@ -177,11 +200,23 @@ def parity_rows(all_rows: list[Row]) -> list[dict[str, Any]]:
         if p.get("passed") is None:
             continue
         err, atol = num(p.get("max_abs_err")), num(p.get("atol"))
-        out.append({"device": row.device, "kernel": r.get("kernel"), "impl": r.get("impl"),
-                    "dtype": r.get("dtype") or "", "shape": shape_text(r.get("shape")), "passed": bool(p["passed"]),
-                    "max_abs_err": err, "atol": atol, "max_rel_err": num(p.get("max_rel_err")),
-                    "rtol": num(p.get("rtol")), "mismatches": p.get("mismatches"), "exact": p.get("exact"),
-                    "ratio": err / atol if err is not None and atol else None})
+        out.append(
+            {
+                "device": row.device,
+                "kernel": r.get("kernel"),
+                "impl": r.get("impl"),
+                "dtype": r.get("dtype") or "",
+                "shape": shape_text(r.get("shape")),
+                "passed": bool(p["passed"]),
+                "max_abs_err": err,
+                "atol": atol,
+                "max_rel_err": num(p.get("max_rel_err")),
+                "rtol": num(p.get("rtol")),
+                "mismatches": p.get("mismatches"),
+                "exact": p.get("exact"),
+                "ratio": err / atol if err is not None and atol else None,
+            }
+        )
     return sorted(out, key=lambda x: (x["passed"], x["device"].label, x["kernel"] or "", x["impl"] or ""))
 
 
@@ -198,7 +233,8 @@ def allreduce_points(all_rows: list[Row]) -> list[dict[str, Any]]:
             continue
         count, ranks = shape.get("count"), shape.get("ranks")
         size = num(m.get("message_bytes")) or (
-            float(count * DTYPE_BYTES[r["dtype"]]) if isinstance(count, int) and r.get("dtype") in DTYPE_BYTES else None)
+            float(count * DTYPE_BYTES[r["dtype"]]) if isinstance(count, int) and r.get("dtype") in DTYPE_BYTES else None
+        )
         p50 = _median_s(r)
         if not size or not p50:
             continue
@@ -206,13 +242,25 @@ def allreduce_points(all_rows: list[Row]) -> list[dict[str, Any]]:
         busbw = num(m.get("busbw_gbps"))
         if busbw is None and isinstance(ranks, int) and ranks > 0:
             busbw = algbw * 2 * (ranks - 1) / ranks
-        out.append({"device": row.device, "impl": r.get("impl"), "kind": r.get("impl_kind") or "",
-                    "dtype": r.get("dtype") or "", "ranks": ranks, "bytes": size, "p50_s": p50,
-                    "variant": shape_text({k: v for k, v in shape.items() if k not in ("count", "ranks")}),
-                    "p99_s": num(t.get("p99_s")), "algbw": algbw, "busbw": busbw,
-                    "derived": m.get("busbw_gbps") is None})
-    return sorted(out, key=lambda x: (x["device"].label, x["impl"] or "", x["dtype"], x["ranks"] or 0, x["variant"],
-                                      x["bytes"]))
+        out.append(
+            {
+                "device": row.device,
+                "impl": r.get("impl"),
+                "kind": r.get("impl_kind") or "",
+                "dtype": r.get("dtype") or "",
+                "ranks": ranks,
+                "bytes": size,
+                "p50_s": p50,
+                "variant": shape_text({k: v for k, v in shape.items() if k not in ("count", "ranks")}),
+                "p99_s": num(t.get("p99_s")),
+                "algbw": algbw,
+                "busbw": busbw,
+                "derived": m.get("busbw_gbps") is None,
+            }
+        )
+    return sorted(
+        out, key=lambda x: (x["device"].label, x["impl"] or "", x["dtype"], x["ranks"] or 0, x["variant"], x["bytes"])
+    )
 
 
 def not_ok(runs: list[Run]) -> list[dict[str, Any]]:
@@ -223,9 +271,17 @@ def not_ok(runs: list[Run]) -> list[dict[str, Any]]:
             if r.get("status") == "ok":
                 continue
             key = (i, r.get("backend"), r.get("status"), r.get("reason") or "")
-            group = groups.setdefault(key, {"run": run.path.name, "backend": r.get("backend"),
-                                            "status": r.get("status"), "reason": r.get("reason") or "",
-                                            "cases": 0, "kernels": []})
+            group = groups.setdefault(
+                key,
+                {
+                    "run": run.path.name,
+                    "backend": r.get("backend"),
+                    "status": r.get("status"),
+                    "reason": r.get("reason") or "",
+                    "cases": 0,
+                    "kernels": [],
+                },
+            )
             group["cases"] += 1
             if r.get("kernel") not in group["kernels"]:
                 group["kernels"].append(r.get("kernel"))

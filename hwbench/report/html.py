@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Any, Sequence
+from typing import Any
 
 CSS = """
 :root { color-scheme: light; }
@@ -15,7 +16,8 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 nav a { margin-right: 14px; color: #0072B2; text-decoration: none; }
 .meta { color: #555; }
 .pair { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
-.pair > figure { margin: 0; flex: 0 0 auto; width: min-content; background: #fff; border: 1px solid #ddd; border-radius: 4px; }
+.pair > figure { margin: 0; flex: 0 0 auto; width: min-content; background: #fff; border: 1px solid #ddd;
+  border-radius: 4px; }
 .pair > .numbers { flex: 1 1 420px; min-width: 380px; max-height: 640px; overflow: auto; }
 .pair > .numbers td { white-space: nowrap; }
 .scroll { max-height: 560px; overflow: auto; }
@@ -33,9 +35,15 @@ tr.bad td { background: #fde8e4; }
 code { font-size: 12px; }
 """
 
-SECTIONS = (("summary", "Summary"), ("roofline", "Roofline"), ("overhead", "Porting overhead"),
-            ("portability", "Performance portability"), ("allreduce", "AllReduce"), ("parity", "Parity"),
-            ("compile", "Compile"))
+SECTIONS = (
+    ("summary", "Summary"),
+    ("roofline", "Roofline"),
+    ("overhead", "Porting overhead"),
+    ("portability", "Performance portability"),
+    ("allreduce", "AllReduce"),
+    ("parity", "Parity"),
+    ("compile", "Compile"),
+)
 
 
 def fmt(value: Any, spec: str = ".4g", suffix: str = "") -> str:
@@ -55,16 +63,22 @@ def seconds(value: float | None) -> str:
     return f"{value / 1e-9:.4g} ns"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = (),
-          bad: Sequence[bool] | None = None, css: str = "") -> str:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    numeric: Sequence[int] = (),
+    bad: Sequence[bool] | None = None,
+    css: str = "",
+) -> str:
     """An HTML table; cells are escaped text except those wrapped by :class:`Raw`."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
         cells = "".join(
-            f'<td{" class=num" if j in numeric else ""}>{c.html if isinstance(c, Raw) else escape(str(c))}</td>'
-            for j, c in enumerate(row))
-        body.append(f'<tr{" class=bad" if bad and bad[i] else ""}>{cells}</tr>')
+            f"<td{' class=num' if j in numeric else ''}>{c.html if isinstance(c, Raw) else escape(str(c))}</td>"
+            for j, c in enumerate(row)
+        )
+        body.append(f"<tr{' class=bad' if bad and bad[i] else ''}>{cells}</tr>")
     cls = f' class="{css}"' if css else ""
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -101,7 +115,9 @@ def page(title: str, subtitle: str, sections: dict[str, str]) -> str:
     """The whole self-contained document."""
     nav = "".join(f'<a href="#{ident}">{escape(name)}</a>' for ident, name in SECTIONS if ident in sections)
     body = "\n".join(section(ident, name, sections[ident]) for ident, name in SECTIONS if ident in sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>"
-            f"<h1>{escape(title)}</h1><p class=meta>{escape(subtitle)}</p><nav>{nav}</nav>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>"
+        f"<h1>{escape(title)}</h1><p class=meta>{escape(subtitle)}</p><nav>{nav}</nav>\n{body}\n</body></html>\n"
+    )

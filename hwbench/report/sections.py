@@ -39,20 +39,37 @@ def roofline(rows: list[Row], catalog: Catalog) -> str:
         roofs = {d: v for d in dtypes if (v := peak_tflops(device, d, catalog, records))}
         bw, source = mem_gbps(device, catalog)
         svg = charts.roofline(f"roofline-{_slug(device.label)}", f"Roofline: {device.label}", points, roofs, bw)
-        numbers = table(["kernel", "impl", "dtype", "TFLOPS", "% peak", "flop/B", "shape"],
-                        [[p["kernel"], p["impl"], p["dtype"], fmt(p["tflops"], ".3g"), fmt(p["pct_peak"], ".1f"),
-                          fmt(p["ai"], ".3g"), p["shape"]] for p in points],
-                        numeric=(3, 4, 5))
-        roof_note = (f"memory roof {bw:.4g} GB/s ({source})" if bw else
-                     "memory bandwidth unknown for this device: only the compute roof is drawn")
+        numbers = table(
+            ["kernel", "impl", "dtype", "TFLOPS", "% peak", "flop/B", "shape"],
+            [
+                [
+                    p["kernel"],
+                    p["impl"],
+                    p["dtype"],
+                    fmt(p["tflops"], ".3g"),
+                    fmt(p["pct_peak"], ".1f"),
+                    fmt(p["ai"], ".3g"),
+                    p["shape"],
+                ]
+                for p in points
+            ],
+            numeric=(3, 4, 5),
+        )
+        roof_note = (
+            f"memory roof {bw:.4g} GB/s ({source})"
+            if bw
+            else "memory bandwidth unknown for this device: only the compute roof is drawn"
+        )
         missing = [d for d in dtypes if d not in roofs]
         if missing:
             roof_note += f"; no peak known for {', '.join(missing)}"
         parts.append(f"<h3>{escape(device.label)}</h3>" + pair(svg, numbers, roof_note))
     if not parts:
         return no_data("no case ran with both a throughput and a byte count (no ok GEMM or attention record)")
-    return note("Arithmetic intensity = flops / bytes the kernel must move at least once (inputs and output). "
-                "Hover a point for its case.") + "\n".join(parts)
+    return note(
+        "Arithmetic intensity = flops / bytes the kernel must move at least once (inputs and output). "
+        "Hover a point for its case."
+    ) + "\n".join(parts)
 
 
 def overhead(rows: list[Row]) -> str:
@@ -61,19 +78,48 @@ def overhead(rows: list[Row]) -> str:
     if not found:
         return no_data("no portable case has an ok native twin on the same device, shape and dtype")
     groups = _by_device(found, key=lambda r: (r["backend"], r["kernel"], r["impl"], r["native"]))
-    summary = table(["backend", "kernel", "portable", "vs native", "cases", "median overhead", "best", "worst"],
-                    [[b, k, i, n, len(g), fmt(median(x["overhead"] for x in g) * 100, "+.1f", "%"),
-                      fmt(min(x["overhead"] for x in g) * 100, "+.1f", "%"),
-                      fmt(max(x["overhead"] for x in g) * 100, "+.1f", "%")] for (b, k, i, n), g in groups.items()],
-                    numeric=(4, 5, 6, 7))
-    parts = [note("Porting overhead = 1 − t_native / t_portable on the same device, shape and dtype: 0 is as fast "
-                  "as the vendor library, +50% half its speed, negative faster."), summary]
+    summary = table(
+        ["backend", "kernel", "portable", "vs native", "cases", "median overhead", "best", "worst"],
+        [
+            [
+                b,
+                k,
+                i,
+                n,
+                len(g),
+                fmt(median(x["overhead"] for x in g) * 100, "+.1f", "%"),
+                fmt(min(x["overhead"] for x in g) * 100, "+.1f", "%"),
+                fmt(max(x["overhead"] for x in g) * 100, "+.1f", "%"),
+            ]
+            for (b, k, i, n), g in groups.items()
+        ],
+        numeric=(4, 5, 6, 7),
+    )
+    parts = [
+        note(
+            "Porting overhead = 1 − t_native / t_portable on the same device, shape and dtype: 0 is as fast "
+            "as the vendor library, +50% half its speed, negative faster."
+        ),
+        summary,
+    ]
     for device, items in _by_device(found, key=lambda r: r["device"]).items():
         svg = charts.overhead(f"overhead-{_slug(device.label)}", f"Porting overhead: {device.label}", items)
-        numbers = table(["kernel", "impl", "dtype", "overhead", "portable", "native", "shape"],
-                        [[r["kernel"], r["impl"], r["dtype"], fmt(r["overhead"] * 100, "+.1f", "%"),
-                          seconds(r["median_s"]), f"{seconds(r['native_median_s'])} ({r['native']})", r["shape"]]
-                         for r in items], numeric=(3, 4, 5))
+        numbers = table(
+            ["kernel", "impl", "dtype", "overhead", "portable", "native", "shape"],
+            [
+                [
+                    r["kernel"],
+                    r["impl"],
+                    r["dtype"],
+                    fmt(r["overhead"] * 100, "+.1f", "%"),
+                    seconds(r["median_s"]),
+                    f"{seconds(r['native_median_s'])} ({r['native']})",
+                    r["shape"],
+                ]
+                for r in items
+            ],
+            numeric=(3, 4, 5),
+        )
         parts.append(f"<h3>{escape(device.label)}</h3>" + pair(svg, numbers))
     return "\n".join(parts)
 
@@ -83,18 +129,31 @@ def portability(rows: list[Row]) -> str:
     found = cascades(rows)
     if not found:
         return no_data("no portable implementation ran beside a native one")
-    parts = [note("Efficiency on a device = t_native / t_portable (capped at 1), harmonic mean over the cases; "
-                  "a failed case counts 0, a device where the implementation never ran counts 0. PP is the "
-                  "harmonic mean of the efficiencies over the first k devices (Pennycook), devices best first.")]
+    parts = [
+        note(
+            "Efficiency on a device = t_native / t_portable (capped at 1), harmonic mean over the cases; "
+            "a failed case counts 0, a device where the implementation never ran counts 0. PP is the "
+            "harmonic mean of the efficiencies over the first k devices (Pennycook), devices best first."
+        )
+    ]
     for kernel, items in _by_device(found, key=lambda c: c.kernel).items():
         svg = charts.cascade(f"cascade-{_slug(kernel)}", f"Performance-portability cascade: {kernel}", items)
-        numbers = table(["impl", "k", "device", "efficiency", "cases", "PP of first k"],
-                        [[c.impl, s.rank, s.device.label, fmt(s.efficiency, ".3f"), s.cases, fmt(s.pp, ".3f")]
-                         for c in items for s in c.steps], numeric=(1, 3, 4, 5),
-                        bad=[s.efficiency == 0 for c in items for s in c.steps])
+        numbers = table(
+            ["impl", "k", "device", "efficiency", "cases", "PP of first k"],
+            [
+                [c.impl, s.rank, s.device.label, fmt(s.efficiency, ".3f"), s.cases, fmt(s.pp, ".3f")]
+                for c in items
+                for s in c.steps
+            ],
+            numeric=(1, 3, 4, 5),
+            bad=[s.efficiency == 0 for c in items for s in c.steps],
+        )
         devices = max(len(c.steps) for c in items)
-        caption = "" if devices > 1 else ("one device: PP equals its efficiency; report several results files "
-                                          "(one per device) for a cascade")
+        caption = (
+            ""
+            if devices > 1
+            else ("one device: PP equals its efficiency; report several results files (one per device) for a cascade")
+        )
         parts.append(f"<h3>{escape(kernel)}</h3>" + pair(svg, numbers, caption))
     return "\n".join(parts)
 
@@ -103,20 +162,43 @@ def allreduce(rows: list[Row], runs: list[Run]) -> str:
     """AllReduce busbw and latency against message size, with the numbers."""
     points = allreduce_points(rows)
     if not points:
-        reasons = sorted({f"{r.get('backend')}: {r.get('reason')}" for run in runs for r in run.doc.get("records") or []
-                          if r.get("kernel") == "allreduce" and r.get("reason")})
+        reasons = sorted(
+            {
+                f"{r.get('backend')}: {r.get('reason')}"
+                for run in runs
+                for r in run.doc.get("records") or []
+                if r.get("kernel") == "allreduce" and r.get("reason")
+            }
+        )
         why = "no AllReduce record ran" + (f" ({'; '.join(reasons)})" if reasons else " (none in these files)")
         return no_data(why)
-    numbers = table(["device", "impl", "dtype", "ranks", "variant", "size", "p50", "p99", "algbw GB/s", "busbw GB/s"],
-                    [[p["device"].label, p["impl"], p["dtype"], p["ranks"], p["variant"] or "–", fmt_bytes(p["bytes"]),
-                      seconds(p["p50_s"]),
-                      seconds(p["p99_s"]), fmt(p["algbw"]), fmt(p["busbw"]) + (" *" if p["derived"] else "")]
-                     for p in points], numeric=(3, 5, 6, 7, 8, 9))
+    numbers = table(
+        ["device", "impl", "dtype", "ranks", "variant", "size", "p50", "p99", "algbw GB/s", "busbw GB/s"],
+        [
+            [
+                p["device"].label,
+                p["impl"],
+                p["dtype"],
+                p["ranks"],
+                p["variant"] or "–",
+                fmt_bytes(p["bytes"]),
+                seconds(p["p50_s"]),
+                seconds(p["p99_s"]),
+                fmt(p["algbw"]),
+                fmt(p["busbw"]) + (" *" if p["derived"] else ""),
+            ]
+            for p in points
+        ],
+        numeric=(3, 5, 6, 7, 8, 9),
+    )
     derived = any(p["derived"] for p in points)
-    caption = ("busbw = algbw · 2(ranks − 1)/ranks, algbw = message bytes / p50 time (nccl-tests)" +
-               ("; * derived here from the record's size and median" if derived else ""))
-    figures = "".join(f"<figure>{svg}</figure>" for svg in (charts.busbw("allreduce-busbw", points),
-                                                               charts.latency("allreduce-latency", points)))
+    caption = "busbw = algbw · 2(ranks − 1)/ranks, algbw = message bytes / p50 time (nccl-tests)" + (
+        "; * derived here from the record's size and median" if derived else ""
+    )
+    figures = "".join(
+        f"<figure>{svg}</figure>"
+        for svg in (charts.busbw("allreduce-busbw", points), charts.latency("allreduce-latency", points))
+    )
     return f'<div class="pair">{figures}</div>' + note(caption) + numbers
 
 
@@ -126,24 +208,76 @@ def parity(rows: list[Row]) -> str:
     if not found:
         return no_data("no record was checked against the float64 reference")
     failed = sum(not p["passed"] for p in found)
-    verdict = (f'<p><span class="fail">{failed} of {len(found)} failed parity</span></p>' if failed else
-               f'<p><span class="ok">all {len(found)} checked cases within tolerance</span></p>')
-    body = table(["device", "kernel", "impl", "dtype", "shape", "max abs err", "atol", "err/atol", "max rel err",
-                  "rtol", "mismatches", "verdict"],
-                 [[p["device"].label, p["kernel"], p["impl"], p["dtype"], p["shape"], fmt(p["max_abs_err"], ".2e"),
-                   fmt(p["atol"], ".2e"), fmt(p["ratio"], ".3f"), fmt(p["max_rel_err"], ".2e"), fmt(p["rtol"], ".2e"),
-                   fmt(p["mismatches"]), Raw('<span class="ok">ok</span>' if p["passed"] else
-                                             '<span class="fail">FAIL</span>') if not p["exact"] else
-                   Raw('<span class="ok">exact</span>' if p["passed"] else '<span class="fail">FAIL (exact)</span>')]
-                  for p in found], numeric=(5, 6, 7, 8, 9, 10), bad=[not p["passed"] for p in found])
-    return verdict + note("A case passes when every element is within atol + rtol·|reference| (exact checks "
-                          "count wrong elements); a case failing parity is never timed.") + \
-        f'<div class="scroll">{body}</div>'
+    verdict = (
+        f'<p><span class="fail">{failed} of {len(found)} failed parity</span></p>'
+        if failed
+        else f'<p><span class="ok">all {len(found)} checked cases within tolerance</span></p>'
+    )
+    body = table(
+        [
+            "device",
+            "kernel",
+            "impl",
+            "dtype",
+            "shape",
+            "max abs err",
+            "atol",
+            "err/atol",
+            "max rel err",
+            "rtol",
+            "mismatches",
+            "verdict",
+        ],
+        [
+            [
+                p["device"].label,
+                p["kernel"],
+                p["impl"],
+                p["dtype"],
+                p["shape"],
+                fmt(p["max_abs_err"], ".2e"),
+                fmt(p["atol"], ".2e"),
+                fmt(p["ratio"], ".3f"),
+                fmt(p["max_rel_err"], ".2e"),
+                fmt(p["rtol"], ".2e"),
+                fmt(p["mismatches"]),
+                Raw('<span class="ok">ok</span>' if p["passed"] else '<span class="fail">FAIL</span>')
+                if not p["exact"]
+                else Raw('<span class="ok">exact</span>' if p["passed"] else '<span class="fail">FAIL (exact)</span>'),
+            ]
+            for p in found
+        ],
+        numeric=(5, 6, 7, 8, 9, 10),
+        bad=[not p["passed"] for p in found],
+    )
+    return (
+        verdict
+        + note(
+            "A case passes when every element is within atol + rtol·|reference| (exact checks "
+            "count wrong elements); a case failing parity is never timed."
+        )
+        + f'<div class="scroll">{body}</div>'
+    )
 
 
-COMPILE_COLUMNS = ("kernel", "impl", "target", "variant", "status", "registers", "sgprs", "spill_stores_bytes",
-                   "spill_loads_bytes", "vgpr_spills", "sgpr_spills", "shared_bytes", "private_bytes", "tensor_core",
-                   "compile_s", "reason")
+COMPILE_COLUMNS = (
+    "kernel",
+    "impl",
+    "target",
+    "variant",
+    "status",
+    "registers",
+    "sgprs",
+    "spill_stores_bytes",
+    "spill_loads_bytes",
+    "vgpr_spills",
+    "sgpr_spills",
+    "shared_bytes",
+    "private_bytes",
+    "tensor_core",
+    "compile_s",
+    "reason",
+)
 HIDDEN = ("config", "assembler", "language", "vendor", "dtype", "spilled")
 
 
@@ -168,16 +302,27 @@ def compile_section(runs: list[Run]) -> str:
         if not items:
             continue
         seen = list(dict.fromkeys(k for i in items for k in i))
-        columns = [c for c in COMPILE_COLUMNS if c in seen] + [c for c in seen
-                                                               if c not in COMPILE_COLUMNS and c not in HIDDEN]
+        columns = [c for c in COMPILE_COLUMNS if c in seen] + [
+            c for c in seen if c not in COMPILE_COLUMNS and c not in HIDDEN
+        ]
         title = f"<h3>{escape(run.path.name)}</h3>" if len(runs) > 1 else ""
         spilled = [bool(i.get("spilled")) or i.get("status") not in (None, "ok") for i in items]
-        parts.append(title + table([c.replace("_bytes", " (B)").replace("_", " ") for c in columns],
-                                   [[_cell(i.get(c)) for c in columns] for i in items],
-                                   numeric=[j for j, c in enumerate(columns) if c not in
-                                            ("kernel", "impl", "target", "variant", "status", "reason", "tensor_core")],
-                                   bad=spilled))
+        parts.append(
+            title
+            + table(
+                [c.replace("_bytes", " (B)").replace("_", " ") for c in columns],
+                [[_cell(i.get(c)) for c in columns] for i in items],
+                numeric=[
+                    j
+                    for j, c in enumerate(columns)
+                    if c not in ("kernel", "impl", "target", "variant", "status", "reason", "tensor_core")
+                ],
+                bad=spilled,
+            )
+        )
     if not parts:
         return no_data("no compile-only section in these files (hwbench compile writes one)")
-    return note("Compiled without running: what the compiler reports per kernel variant and target. Rows with "
-                "spills or a failed compile are marked.") + "\n".join(parts)
+    return note(
+        "Compiled without running: what the compiler reports per kernel variant and target. Rows with "
+        "spills or a failed compile are marked."
+    ) + "\n".join(parts)

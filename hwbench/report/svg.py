@@ -8,13 +8,12 @@ hover without any script.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import Callable, Sequence
 
 #: Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), then greys.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B",
-           "#7F7F7F", "#B8860B")
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B", "#7F7F7F", "#B8860B")
 MARKERS = ("circle", "square", "triangle", "diamond")
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 CHAR_PX = 6.6  # average glyph width at 12 px, for layout
@@ -31,7 +30,7 @@ def fmt_number(value: float) -> str:
         return "0"
     exponent = math.floor(math.log10(abs(value)))
     if exponent >= 5 or exponent <= -4:
-        mantissa = value / 10 ** exponent
+        mantissa = value / 10**exponent
         return f"{mantissa:g}e{exponent}" if abs(mantissa - 1) > 1e-9 else f"1e{exponent}"
     return f"{value:.6g}"
 
@@ -69,7 +68,7 @@ def data_range(values: Sequence[float], log: bool, include_zero: bool = False) -
         lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
         if hi_e == lo_e:
             hi_e += 1
-        return 10.0 ** lo_e, 10.0 ** hi_e
+        return 10.0**lo_e, 10.0**hi_e
     if include_zero:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
     if hi == lo:
@@ -103,7 +102,7 @@ class Scale:
             first = math.ceil(self.lo / step - 1e-9)
             return [round((first + i) * step, 12) for i in range(int((self.hi - self.lo) / step + 1e-9) + 1)]
         lo_e, hi_e = math.floor(math.log10(self.lo) + 1e-9), math.ceil(math.log10(self.hi) - 1e-9)
-        decades = [10.0 ** e for e in range(lo_e, hi_e + 1)]
+        decades = [10.0**e for e in range(lo_e, hi_e + 1)]
         if hi_e - lo_e <= 2:
             decades = sorted(d * m for d in decades for m in (1, 2, 5))
         step = max(1, math.ceil(len(decades) / 9))
@@ -136,8 +135,11 @@ def _marker(shape: str, x: float, y: float, fill: str, tip: str, r: float = 4.5)
     if shape == "square":
         return f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{2 * r:.1f}" height="{2 * r:.1f}" {common}>{title}</rect>'
     if shape in ("triangle", "diamond"):
-        pts = ([(x, y - r * 1.2), (x + r * 1.1, y + r * 0.8), (x - r * 1.1, y + r * 0.8)] if shape == "triangle"
-               else [(x, y - r * 1.3), (x + r, y), (x, y + r * 1.3), (x - r, y)])
+        pts = (
+            [(x, y - r * 1.2), (x + r * 1.1, y + r * 0.8), (x - r * 1.1, y + r * 0.8)]
+            if shape == "triangle"
+            else [(x, y - r * 1.3), (x + r, y), (x, y + r * 1.3), (x - r, y)]
+        )
         coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
         return f'<polygon points="{coords}" {common}>{title}</polygon>'
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" {common}>{title}</circle>'
@@ -171,14 +173,23 @@ class Plot:
         if all(e.label != label for e in self.legend):
             self.legend.append(LegendEntry(label, color_, marker, dash))
 
-    def line(self, xs: Sequence[float], ys: Sequence[float], color_: str, tip: str = "", dash: str | None = None,
-             width: float = 2.0) -> None:
+    def line(
+        self,
+        xs: Sequence[float],
+        ys: Sequence[float],
+        color_: str,
+        tip: str = "",
+        dash: str | None = None,
+        width: float = 2.0,
+    ) -> None:
         """A polyline through (xs, ys) in data units."""
-        coords = " ".join(f"{self.sx(a):.1f},{self.sy(b):.1f}" for a, b in zip(xs, ys))
+        coords = " ".join(f"{self.sx(a):.1f},{self.sy(b):.1f}" for a, b in zip(xs, ys, strict=False))
         style = f' stroke-dasharray="{dash}"' if dash else ""
         title = f"<title>{escape(tip)}</title>" if tip else ""
-        self.items.append(f'<polyline points="{coords}" fill="none" stroke="{color_}" stroke-width="{width}"'
-                          f'{style} stroke-linejoin="round">{title}</polyline>')
+        self.items.append(
+            f'<polyline points="{coords}" fill="none" stroke="{color_}" stroke-width="{width}"'
+            f'{style} stroke-linejoin="round">{title}</polyline>'
+        )
 
     def point(self, x: float, y: float, color_: str, tip: str, marker: str = "circle") -> None:
         """One marker at (x, y) with a hover tooltip."""
@@ -188,13 +199,17 @@ class Plot:
         """A filled rectangle between two data corners."""
         a, b = sorted((self.sx(x0), self.sx(x1)))
         c, d = sorted((self.sy(y0), self.sy(y1)))
-        self.items.append(f'<rect x="{a:.1f}" y="{c:.1f}" width="{max(b - a, 1):.1f}" height="{max(d - c, 1):.1f}" '
-                          f'fill="{color_}"><title>{escape(tip)}</title></rect>')
+        self.items.append(
+            f'<rect x="{a:.1f}" y="{c:.1f}" width="{max(b - a, 1):.1f}" height="{max(d - c, 1):.1f}" '
+            f'fill="{color_}"><title>{escape(tip)}</title></rect>'
+        )
 
     def label(self, x: float, y: float, text: str, color_: str = "#333", anchor: str = "end", dy: float = -4) -> None:
         """A short text annotation at (x, y) in data units."""
-        self.items.append(f'<text x="{self.sx(x):.1f}" y="{self.sy(y) + dy:.1f}" text-anchor="{anchor}" '
-                          f'fill="{color_}" font-size="11">{escape(text)}</text>')
+        self.items.append(
+            f'<text x="{self.sx(x):.1f}" y="{self.sy(y) + dy:.1f}" text-anchor="{anchor}" '
+            f'fill="{color_}" font-size="11">{escape(text)}</text>'
+        )
 
     def _axis_ticks(self, axis: Axis, scale: Scale) -> list[tuple[float, str]]:
         if axis.ticks is not None:
@@ -202,25 +217,34 @@ class Plot:
         return [(v, axis.fmt(v)) for v in scale.ticks()]
 
     def _axes(self) -> list[str]:
-        out = [f'<rect x="{self.left}" y="{self.top}" width="{self.right - self.left}" '
-               f'height="{self.bottom - self.top}" fill="#fff" stroke="#999"/>']
+        out = [
+            f'<rect x="{self.left}" y="{self.top}" width="{self.right - self.left}" '
+            f'height="{self.bottom - self.top}" fill="#fff" stroke="#999"/>'
+        ]
         for value, text in self._axis_ticks(self.x, self.sx):
             px = self.sx(value)
             out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{self.top}" y2="{self.bottom}" stroke="#e4e4e4"/>')
-            out.append(f'<text x="{px:.1f}" y="{self.bottom + 15}" text-anchor="middle" font-size="11">'
-                       f'{escape(text)}</text>')
+            out.append(
+                f'<text x="{px:.1f}" y="{self.bottom + 15}" text-anchor="middle" font-size="11">{escape(text)}</text>'
+            )
         label_px = self.left - 6
         for value, text in self._axis_ticks(self.y, self.sy):
             py = self.sy(value)
             out.append(f'<line x1="{self.left}" x2="{self.right}" y1="{py:.1f}" y2="{py:.1f}" stroke="#e4e4e4"/>')
-            out.append(f'<text x="{label_px}" y="{py + 4:.1f}" text-anchor="end" font-size="11">'
-                       f'<title>{escape(text)}</title>{escape(_clip(text, int((self.left - 10) / CHAR_PX)))}</text>')
+            out.append(
+                f'<text x="{label_px}" y="{py + 4:.1f}" text-anchor="end" font-size="11">'
+                f"<title>{escape(text)}</title>{escape(_clip(text, int((self.left - 10) / CHAR_PX)))}</text>"
+            )
         mid_x, mid_y = (self.left + self.right) / 2, (self.top + self.bottom) / 2
-        out.append(f'<text x="{mid_x:.1f}" y="{self.bottom + 34}" text-anchor="middle" font-size="12">'
-                   f'{escape(self.x.label)}</text>')
+        out.append(
+            f'<text x="{mid_x:.1f}" y="{self.bottom + 34}" text-anchor="middle" font-size="12">'
+            f"{escape(self.x.label)}</text>"
+        )
         if self.y.label:
-            out.append(f'<text transform="translate(14 {mid_y:.1f}) rotate(-90)" text-anchor="middle" '
-                       f'font-size="12">{escape(self.y.label)}</text>')
+            out.append(
+                f'<text transform="translate(14 {mid_y:.1f}) rotate(-90)" text-anchor="middle" '
+                f'font-size="12">{escape(self.y.label)}</text>'
+            )
         return out
 
     def _legend(self) -> list[str]:
@@ -232,22 +256,27 @@ class Plot:
                 out.append(_marker(entry.marker, x0 + 8, y, entry.color, "", r=4.5))
             else:
                 dash = f' stroke-dasharray="{entry.dash}"' if entry.dash else ""
-                out.append(f'<line x1="{x0}" x2="{x0 + 16}" y1="{y}" y2="{y}" stroke="{entry.color}" '
-                           f'stroke-width="2"{dash}/>')
-            out.append(f'<text x="{x0 + 22}" y="{y + 4}" font-size="11"><title>{escape(entry.label)}</title>'
-                       f'{escape(_clip(entry.label, max_chars))}</text>')
+                out.append(
+                    f'<line x1="{x0}" x2="{x0 + 16}" y1="{y}" y2="{y}" stroke="{entry.color}" stroke-width="2"{dash}/>'
+                )
+            out.append(
+                f'<text x="{x0 + 22}" y="{y + 4}" font-size="11"><title>{escape(entry.label)}</title>'
+                f"{escape(_clip(entry.label, max_chars))}</text>"
+            )
         return out
 
     def render(self) -> str:
         """The chart as one ``<svg>`` element."""
         clip = f"clip-{self.ident}"
-        parts = [f'<svg id="{escape(self.ident)}" class="chart" role="img" '
-                 f'viewBox="0 0 {self.width} {self.height}" width="{self.width}" height="{self.height}" '
-                 f'font-family="{escape(FONT)}" aria-label="{escape(self.title)}">',
-                 f'<title>{escape(self.title)}</title>',
-                 f'<clipPath id="{clip}"><rect x="{self.left}" y="{self.top}" width="{self.right - self.left}" '
-                 f'height="{self.bottom - self.top}"/></clipPath>',
-                 f'<text x="10" y="20" font-size="13" font-weight="600">{escape(self.title)}</text>']
+        parts = [
+            f'<svg id="{escape(self.ident)}" class="chart" role="img" '
+            f'viewBox="0 0 {self.width} {self.height}" width="{self.width}" height="{self.height}" '
+            f'font-family="{escape(FONT)}" aria-label="{escape(self.title)}">',
+            f"<title>{escape(self.title)}</title>",
+            f'<clipPath id="{clip}"><rect x="{self.left}" y="{self.top}" width="{self.right - self.left}" '
+            f'height="{self.bottom - self.top}"/></clipPath>',
+            f'<text x="10" y="20" font-size="13" font-weight="600">{escape(self.title)}</text>',
+        ]
         parts += self._axes()
         parts.append(f'<g clip-path="url(#{clip})">')
         parts += self.items

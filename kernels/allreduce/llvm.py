@@ -90,8 +90,9 @@ def _now_ns(b: ir.IRBuilder, ts: ir.Value) -> ir.Value:
 def _futex(b: ir.IRBuilder, word: ir.Value, op: int, value: ir.Value, ts: ir.Value) -> None:
     sys_futex = _SYS_FUTEX.get(platform.machine(), 202)
     syscall = _declare(b.module, "syscall", I64, [I64], var_arg=True)
-    b.call(syscall, [i64(sys_futex), word, ir.Constant(I32, op), value, ts, ir.Constant(PTR, None),
-                     ir.Constant(I32, 0)])
+    b.call(
+        syscall, [i64(sys_futex), word, ir.Constant(I32, op), value, ts, ir.Constant(PTR, None), ir.Constant(I32, 0)]
+    )
 
 
 def _emit_barrier(module: ir.Module) -> ir.Function:
@@ -203,7 +204,7 @@ def _emit_sum(module: ir.Module, dtype: str, width: int) -> ir.Function:
         first = src(i64(0))
         accs = [load_vec(b, first, t, b.add(i, i64(u * width)), width) for u in range(unroll)]
         slots = [_entry_alloca(b, ir.VectorType(t, width)) for _ in range(unroll)]
-        for acc, slot in zip(accs, slots):
+        for acc, slot in zip(accs, slots, strict=False):
             b.store(acc, slot)
         with for_range(b, i64(1), ranks, name="rank") as s:
             other = src(s)
@@ -247,7 +248,9 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     total = _emit_sum(module, dtype, width)
 
     # i32 oneshot(sync..., slots, slot_bytes, in, out, count)
-    fn = ir.Function(module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, PTR, PTR, I64]), name=f"hw_ar_oneshot_{dtype}")
+    fn = ir.Function(
+        module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, PTR, PTR, I64]), name=f"hw_ar_oneshot_{dtype}"
+    )
     sync = list(fn.args[:7])
     ctrl, rank, ranks, state = sync[:4]
     slots, slot_bytes, src, dst, count = fn.args[7:]
@@ -260,8 +263,9 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     b.ret(ir.Constant(I32, OK))
 
     # i32 reduce_scatter(sync..., heap, stride, in_off, out_off, count): B1, then my slice of every buffer.
-    rs = ir.Function(module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, I64, I64, I64]),
-                     name=f"hw_ar_reduce_scatter_{dtype}")
+    rs = ir.Function(
+        module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, I64, I64, I64]), name=f"hw_ar_reduce_scatter_{dtype}"
+    )
     sync = list(rs.args[:7])
     rank, ranks = sync[1], sync[2]
     heap, stride, in_off, out_off, count = rs.args[7:]
@@ -289,7 +293,9 @@ def _emit_entries(module: ir.Module, dtype: str, width: int, barrier: ir.Functio
     b.ret(b.call(barrier, sync))
 
     # i32 allreduce(sync..., heap, stride, in_off, out_off, count): the two phases in one call.
-    both = ir.Function(module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, I64, I64, I64]), name=f"hw_ar_allreduce_{dtype}")
+    both = ir.Function(
+        module, ir.FunctionType(I32, _SYNC_ARGS + [PTR, I64, I64, I64, I64]), name=f"hw_ar_allreduce_{dtype}"
+    )
     b = ir.IRBuilder(both.append_basic_block("entry"))
     sync = list(both.args[:7])
     heap, stride, in_off, out_off, count = both.args[7:]
@@ -315,8 +321,15 @@ def _register_externals() -> None:
         llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
 
 
-_SYNC_C = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-           ctypes.c_int64]
+_SYNC_C = [
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+]
 _PROTOTYPES: dict[str, list[Any]] = {
     "barrier": [],
     "oneshot": [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64],
@@ -345,8 +358,9 @@ def load(dtype: str, target: CPUTarget | None = None) -> Kernels:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     _register_externals()
     target = target or host_target()
-    compiled, fresh = get_or_compile(("allreduce", target.cache_key), lambda: build(target),
-                                     target.cpu_name, target.features)
+    compiled, fresh = get_or_compile(
+        ("allreduce", target.cache_key), lambda: build(target), target.cpu_name, target.features
+    )
     funcs = {}
     for name, tail in _PROTOTYPES.items():
         symbol = "hw_ar_barrier" if name == "barrier" else f"hw_ar_{name}_{dtype}"

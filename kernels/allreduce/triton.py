@@ -14,7 +14,8 @@ Importing this module imports Triton: only GPU backends, tests and ``hwbench com
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -27,8 +28,7 @@ BLOCK = 2048
 
 
 @triton.jit
-def reduce_kernel(out_ptr, in0, in1, in2, in3, in4, in5, in6, in7, lo, hi,
-                  NRANKS: tl.constexpr, BLOCK: tl.constexpr):
+def reduce_kernel(out_ptr, in0, in1, in2, in3, in4, in5, in6, in7, lo, hi, NRANKS: tl.constexpr, BLOCK: tl.constexpr):
     """out[i] = sum of in0..in{NRANKS-1} at i, for i in [lo, hi)."""
     offs = lo + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < hi
@@ -68,8 +68,15 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
     for dtype in DTYPES:
         pointer = f"*{dtype}"
         signature = {"out_ptr": pointer, **{f"in{r}": pointer for r in range(MAX_RANKS)}, "lo": "i64", "hi": "i64"}
-        variants.append({"name": f"allreduce_reduce_{dtype}_r{MAX_RANKS}", "dtype": dtype, "fn": reduce_kernel,
-                         "signature": signature, "constexprs": {"NRANKS": MAX_RANKS, "BLOCK": BLOCK},
-                         "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "num_warps": 8},
-                         "options": {"num_warps": 8}})
+        variants.append(
+            {
+                "name": f"allreduce_reduce_{dtype}_r{MAX_RANKS}",
+                "dtype": dtype,
+                "fn": reduce_kernel,
+                "signature": signature,
+                "constexprs": {"NRANKS": MAX_RANKS, "BLOCK": BLOCK},
+                "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "num_warps": 8},
+                "options": {"num_warps": 8},
+            }
+        )
     return variants

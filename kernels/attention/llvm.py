@@ -28,8 +28,22 @@ from llvmlite import ir
 
 from ..llvmir.cpu_launch import PreparedKernel, default_threads, ptr
 from ..llvmir.irutil import (
-    I64, PTR, elem_ptr, elem_size, fma, fmax, for_range, i64, imin, load, load_vec,
-    loop_carry, scalar_type, splat, store_vec, const_vec,
+    I64,
+    PTR,
+    const_vec,
+    elem_ptr,
+    elem_size,
+    fma,
+    fmax,
+    for_range,
+    i64,
+    imin,
+    load,
+    load_vec,
+    loop_carry,
+    scalar_type,
+    splat,
+    store_vec,
 )
 from ..llvmir.jit import get_or_compile
 from ..llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
@@ -37,7 +51,7 @@ from ..llvmir.vecmath import exp as vexp
 
 DTYPES = ("fp32", "fp64")
 KERNEL = "attention"
-QV = 2   # query vectors per program
+QV = 2  # query vectors per program
 BK = 12  # keys per block: BK * QV = 24 score accumulators in registers
 D_MAX = 1024  # head_dim bound baked into the workspace
 
@@ -60,8 +74,7 @@ def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
 class _Tile:
     """Per-program constants the phases share."""
 
-    def __init__(self, b: ir.IRBuilder, t: ir.Type, vw: int, d: ir.Value, qt: ir.Value,
-                 ot: ir.Value) -> None:
+    def __init__(self, b: ir.IRBuilder, t: ir.Type, vw: int, d: ir.Value, qt: ir.Value, ot: ir.Value) -> None:
         self.b, self.t, self.vw, self.d, self.qt, self.ot = b, t, vw, d, qt, ot
         self.bq = QV * vw
         self.vty = ir.VectorType(t, vw)
@@ -100,14 +113,12 @@ def _scores(tl: _Tile, krows: list[ir.Value]) -> list[ir.Value]:
     return loop_carry(b, i64(0), tl.d, 1, [zero] * (BK * QV), step, name="sd")
 
 
-def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value,
-          causal: ir.Value) -> list[ir.Value]:
+def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value, causal: ir.Value) -> list[ir.Value]:
     """Scores of keys j >= Sk, or j > i when causal, become -inf."""
     b, vw = tl.b, tl.vw
     neg_inf = splat(b, ir.Constant(tl.t, -math.inf), vw)
     is_causal = b.icmp_signed("!=", causal, i64(0))
-    rows = [b.add(splat(b, i0, vw), const_vec(I64, [v * vw + lane for lane in range(vw)]))
-            for v in range(QV)]
+    rows = [b.add(splat(b, i0, vw), const_vec(I64, [v * vw + lane for lane in range(vw)])) for v in range(QV)]
     out = []
     for j in range(BK):
         key = b.add(j0, i64(j))
@@ -120,7 +131,7 @@ def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value
     return out
 
 
-def _online_softmax(tl: _Tile, s: list[ir.Value], m: list[ir.Value], l: list[ir.Value]):
+def _online_softmax(tl: _Tile, s: list[ir.Value], m: list[ir.Value], lsum: list[ir.Value]):
     """New running max/sum, the rescale factor of the old O and P = exp(S - m)."""
     b = tl.b
     m_new, alpha, l_new, p = [], [], [], [None] * (BK * QV)
@@ -130,7 +141,7 @@ def _online_softmax(tl: _Tile, s: list[ir.Value], m: list[ir.Value], l: list[ir.
             mx = fmax(b, mx, s[j * QV + v])
         m_new.append(mx)
         alpha.append(vexp(b, b.fsub(m[v], mx)))
-        total = b.fmul(l[v], alpha[v])
+        total = b.fmul(lsum[v], alpha[v])
         for j in range(BK):
             p[j * QV + v] = vexp(b, b.fsub(s[j * QV + v], mx))
             total = b.fadd(total, p[j * QV + v])
@@ -143,8 +154,7 @@ def _accumulate_pv(tl: _Tile, vrows: list[ir.Value], p: list[ir.Value], alpha: l
     b, t, vw = tl.b, tl.t, tl.vw
     with for_range(b, i64(0), tl.d, name="pvd") as d:
         base = b.mul(d, i64(tl.bq))
-        o = [b.fmul(load_vec(b, tl.ot, t, b.add(base, i64(v * vw)), vw, align=tl.vbytes), alpha[v])
-             for v in range(QV)]
+        o = [b.fmul(load_vec(b, tl.ot, t, b.add(base, i64(v * vw)), vw, align=tl.vbytes), alpha[v]) for v in range(QV)]
         for j in range(BK):
             vj = splat(b, load(b, elem_ptr(b, vrows[j], t, d), t), vw)
             o = [fma(b, vj, p[j * QV + v], o[v]) for v in range(QV)]
@@ -152,14 +162,13 @@ def _accumulate_pv(tl: _Tile, vrows: list[ir.Value], p: list[ir.Value], alpha: l
             store_vec(b, o[v], tl.ot, b.add(base, i64(v * vw)), align=tl.vbytes)
 
 
-def _store_out(tl: _Tile, ctx: KernelContext, out: ir.Value, i0: ir.Value, sq: ir.Value,
-               l: list[ir.Value]) -> None:
-    """out[i0+i, d] = Ot[d][i] / l[i] for the valid rows."""
+def _store_out(tl: _Tile, ctx: KernelContext, out: ir.Value, i0: ir.Value, sq: ir.Value, lsum: list[ir.Value]) -> None:
+    """out[i0+i, d] = Ot[d][i] / lsum[i] for the valid rows."""
     b, t = tl.b, tl.t
     inv = ctx.local_array(t, tl.bq)
     one = splat(b, ir.Constant(t, 1.0), tl.vw)
     for v in range(QV):
-        store_vec(b, b.fdiv(one, l[v]), inv, i64(v * tl.vw), align=tl.vbytes)
+        store_vec(b, b.fdiv(one, lsum[v]), inv, i64(v * tl.vw), align=tl.vbytes)
     with for_range(b, i64(0), imin(b, i64(tl.bq), b.sub(sq, i0)), name="oi") as i:
         row = b.mul(b.add(i0, i), tl.d)
         r = load(b, elem_ptr(b, inv, t, i), t)
@@ -195,13 +204,13 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
         last_key = b.sub(sk, i64(1))
 
         def key_block(j0: ir.Value, state: list[ir.Value]) -> list[ir.Value]:
-            m, l = state[:QV], state[QV:]
+            m, lsum = state[:QV], state[QV:]
             rows = [b.mul(imin(b, b.add(j0, i64(j)), last_key), d) for j in range(BK)]
             s = _scores(tl, [elem_ptr(b, kb, t, r) for r in rows])
             s = _mask(tl, s, j0, i0, sk, causal)
-            m, l, alpha, p = _online_softmax(tl, s, m, l)
+            m, lsum, alpha, p = _online_softmax(tl, s, m, lsum)
             _accumulate_pv(tl, [elem_ptr(b, vb, t, r) for r in rows], p, alpha)
-            return m + l
+            return m + lsum
 
         state = loop_carry(b, i64(0), kend, BK, [neg_inf] * QV + [zero] * QV, key_block, name="kb")
         _store_out(tl, ctx, elem_ptr(b, out, t, q_off), i0, sq, state[QV:])
@@ -210,8 +219,13 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
     return module
 
 
-def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str,
-                threads: int | None = None, target: CPUTarget | None = None) -> PreparedKernel:
+def prepare_cpu(
+    inputs: dict[str, np.ndarray],
+    shape: dict[str, int],
+    dtype: str,
+    threads: int | None = None,
+    target: CPUTarget | None = None,
+) -> PreparedKernel:
     """Bind attention for the host CPU; compiles on first use per (dtype, target).
 
     ``target`` overrides the CPU model/features (default: the host), for tests.
@@ -229,8 +243,9 @@ def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str
     if not 1 <= d <= D_MAX:
         raise ValueError(f"head_dim must be in [1, {D_MAX}], got {d}")
     target = target or host_target()
-    compiled, fresh = get_or_compile((KERNEL, dtype, target.cache_key), lambda: build(target, dtype),
-                                     target.cpu_name, target.features)
+    compiled, fresh = get_or_compile(
+        (KERNEL, dtype, target.cache_key), lambda: build(target, dtype), target.cpu_name, target.features
+    )
     vw = target.vector_width(dtype)
     bq = QV * vw
     out = np.zeros((bsz, heads, sq, d), dtype=np_dtype)
@@ -241,7 +256,18 @@ def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str
     scalar = ctypes.c_float if dtype == "fp32" else ctypes.c_double
     args = [ptr(q), ptr(k), ptr(v), ptr(out), sq, sk, d, causal, 1.0 / math.sqrt(d)]
     argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [scalar]
-    config: dict[str, Any] = dict(kernel=KERNEL, dtype=dtype, target=target.name, causal=causal,
-                                  **tile_sizes(dtype, vw))
-    return PreparedKernel(compiled, KERNEL, args, argtypes, grid, threads, out,
-                          compiled.compile_s if fresh else 0.0, config, keepalive=(q, k, v))
+    config: dict[str, Any] = dict(
+        kernel=KERNEL, dtype=dtype, target=target.name, causal=causal, **tile_sizes(dtype, vw)
+    )
+    return PreparedKernel(
+        compiled,
+        KERNEL,
+        args,
+        argtypes,
+        grid,
+        threads,
+        out,
+        compiled.compile_s if fresh else 0.0,
+        config,
+        keepalive=(q, k, v),
+    )

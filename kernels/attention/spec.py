@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -45,12 +45,21 @@ class Attention(Kernel):
     dtypes = ("fp32", "fp64", "fp16", "bf16")
     profiles = {
         "quick": (_attn(1, 8, 512, 512, 64, 0), _attn(1, 8, 512, 512, 64, 1), _attn(2, 3, 77, 77, 40, 1)),
-        "standard": (_attn(1, 8, 1024, 1024, 64, 0), _attn(1, 8, 1024, 1024, 64, 1),
-                     _attn(2, 16, 1024, 1024, 128, 1), _attn(1, 8, 1, 1000, 64, 0),
-                     _attn(2, 3, 333, 333, 80, 1)),
-        "full": (_attn(1, 8, 1024, 1024, 64, 0), _attn(1, 8, 1024, 1024, 64, 1),
-                 _attn(4, 32, 4096, 4096, 128, 1), _attn(4, 32, 4096, 4096, 128, 0),
-                 _attn(1, 16, 8192, 8192, 64, 1), _attn(2, 3, 333, 333, 80, 1)),
+        "standard": (
+            _attn(1, 8, 1024, 1024, 64, 0),
+            _attn(1, 8, 1024, 1024, 64, 1),
+            _attn(2, 16, 1024, 1024, 128, 1),
+            _attn(1, 8, 1, 1000, 64, 0),
+            _attn(2, 3, 333, 333, 80, 1),
+        ),
+        "full": (
+            _attn(1, 8, 1024, 1024, 64, 0),
+            _attn(1, 8, 1024, 1024, 64, 1),
+            _attn(4, 32, 4096, 4096, 128, 1),
+            _attn(4, 32, 4096, 4096, 128, 0),
+            _attn(1, 16, 8192, 8192, 64, 1),
+            _attn(2, 3, 333, 333, 80, 1),
+        ),
     }
 
     def derive(self, shape: dict[str, int]) -> dict[str, int]:

@@ -28,16 +28,36 @@ ELEMENT = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
 
 
 @triton.jit
-def _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d, lo, hi,
-                SK, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _key_blocks(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_n,
+    offs_d,
+    lo,
+    hi,
+    SK,
+    qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Fold keys ``[lo, hi)`` into the running (acc, l, m) of one query block."""
     d_ok = offs_d < HEAD_DIM
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < SK
-        kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
-                     mask=col_ok[None, :] & d_ok[:, None], other=0.0)
+        kt = tl.load(
+            k_base + cols[None, :] * stride_kn + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None], other=0.0
+        )
         qk = tl.dot(q, kt, input_precision="ieee")
         if MASKED:
             keep = col_ok[None, :]
@@ -48,17 +68,37 @@ def _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
         p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
-                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(
+            v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0
+        )
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, SQ, SK, sm_scale, stride_qb, stride_qm, stride_kb, stride_kn,
-                     stride_vb, stride_vn, stride_ob, stride_om, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def attention_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    SQ,
+    SK,
+    sm_scale,
+    stride_qb,
+    stride_qm,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_ob,
+    stride_om,
+    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One BLOCK_M block of query rows of one (batch * head); q/k/v/o have unit stride in head_dim."""
     start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # causal: the longest rows start first
     bh = tl.program_id(1).to(tl.int64)
@@ -67,8 +107,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, SQ, SK, sm_scale, stride_qb, st
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < SQ
     d_ok = offs_d < HEAD_DIM
-    q = tl.load(q_ptr + bh * stride_qb + offs_m[:, None] * stride_qm + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(
+        q_ptr + bh * stride_qb + offs_m[:, None] * stride_qm + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
     k_base = k_ptr + bh * stride_kb
     v_base = v_ptr + bh * stride_vb
     qk_scale = sm_scale * 1.4426950408889634
@@ -82,13 +125,56 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, SQ, SK, sm_scale, stride_qb, st
     else:
         hi = SK
         lo = full
-    acc, l_i, m_i = _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-                                0, lo, SK, qk_scale, False, CAUSAL, HEAD_DIM, BLOCK_N, BLOCK_D)
-    acc, l_i, m_i = _key_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-                                lo, hi, SK, qk_scale, True, CAUSAL, HEAD_DIM, BLOCK_N, BLOCK_D)
+    acc, l_i, m_i = _key_blocks(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        0,
+        lo,
+        SK,
+        qk_scale,
+        False,
+        CAUSAL,
+        HEAD_DIM,
+        BLOCK_N,
+        BLOCK_D,
+    )
+    acc, l_i, m_i = _key_blocks(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_n,
+        offs_d,
+        lo,
+        hi,
+        SK,
+        qk_scale,
+        True,
+        CAUSAL,
+        HEAD_DIM,
+        BLOCK_N,
+        BLOCK_D,
+    )
     out = acc / l_i[:, None]
-    tl.store(o_ptr + bh * stride_ob + offs_m[:, None] * stride_om + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(
+        o_ptr + bh * stride_ob + offs_m[:, None] * stride_om + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
 
 
 @dataclass(frozen=True)
@@ -119,13 +205,22 @@ def configs(arch: str, dtype: str, head_dim: int) -> list[Config]:
     """The small tuning space for ``arch`` and ``head_dim``; the first is the default."""
     wide = dtype == "fp32" or block_d(head_dim) > 128
     if arch.startswith("gfx"):
-        space = [Config(128, 64, 4, 1, {"waves_per_eu": 2}), Config(128, 32, 4, 1, {"waves_per_eu": 2}),
-                 Config(64, 64, 4, 1, {"waves_per_eu": 2}), Config(128, 128, 8, 1, {"waves_per_eu": 2})]
+        space = [
+            Config(128, 64, 4, 1, {"waves_per_eu": 2}),
+            Config(128, 32, 4, 1, {"waves_per_eu": 2}),
+            Config(64, 64, 4, 1, {"waves_per_eu": 2}),
+            Config(128, 128, 8, 1, {"waves_per_eu": 2}),
+        ]
         if block_d(head_dim) > 64:  # a 128-wide head: 8 waves and narrow key blocks keep VGPRs unspilled
             space = [Config(128, 32, 8, 1, {"waves_per_eu": 0})] + space
     else:
-        space = [Config(128, 64, 8, 3), Config(128, 128, 8, 3), Config(128, 64, 4, 3),
-                 Config(64, 64, 4, 3), Config(128, 32, 4, 4)]
+        space = [
+            Config(128, 64, 8, 3),
+            Config(128, 128, 8, 3),
+            Config(128, 64, 4, 3),
+            Config(64, 64, 4, 3),
+            Config(128, 32, 4, 4),
+        ]
         if block_d(head_dim) > 64:  # 128-wide heads: 32-key blocks compile without spills
             space = [Config(128, 32, 8, 3)] + space[:4]
     if wide:  # fp32 tiles and very wide heads: smaller blocks keep registers and shared memory in bounds
@@ -147,17 +242,40 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
         for head_dim in (64, 128):
             cfg = default_config(arch, dtype, head_dim)
             for causal in (0, 1):
-                sig = {"q_ptr": f"*{elem}", "k_ptr": f"*{elem}", "v_ptr": f"*{elem}", "o_ptr": f"*{elem}",
-                       "SQ": "i32", "SK": "i32", "sm_scale": "fp32", "stride_qb": "i32", "stride_qm": "i32",
-                       "stride_kb": "i32", "stride_kn": "i32", "stride_vb": "i32", "stride_vn": "i32",
-                       "stride_ob": "i32", "stride_om": "i32"}
-                variants.append({
-                    "name": f"attention_{dtype}_d{head_dim}{'_causal' if causal else ''}", "dtype": dtype,
-                    "fn": attention_kernel, "signature": sig,
-                    "constexprs": {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": cfg.block_m,
-                                   "BLOCK_N": cfg.block_n, "BLOCK_D": block_d(head_dim)},
-                    "options": cfg.options(), "config": {**cfg.as_dict(), "head_dim": head_dim, "causal": causal},
-                })
+                sig = {
+                    "q_ptr": f"*{elem}",
+                    "k_ptr": f"*{elem}",
+                    "v_ptr": f"*{elem}",
+                    "o_ptr": f"*{elem}",
+                    "SQ": "i32",
+                    "SK": "i32",
+                    "sm_scale": "fp32",
+                    "stride_qb": "i32",
+                    "stride_qm": "i32",
+                    "stride_kb": "i32",
+                    "stride_kn": "i32",
+                    "stride_vb": "i32",
+                    "stride_vn": "i32",
+                    "stride_ob": "i32",
+                    "stride_om": "i32",
+                }
+                variants.append(
+                    {
+                        "name": f"attention_{dtype}_d{head_dim}{'_causal' if causal else ''}",
+                        "dtype": dtype,
+                        "fn": attention_kernel,
+                        "signature": sig,
+                        "constexprs": {
+                            "CAUSAL": causal,
+                            "HEAD_DIM": head_dim,
+                            "BLOCK_M": cfg.block_m,
+                            "BLOCK_N": cfg.block_n,
+                            "BLOCK_D": block_d(head_dim),
+                        },
+                        "options": cfg.options(),
+                        "config": {**cfg.as_dict(), "head_dim": head_dim, "causal": causal},
+                    }
+                )
     return variants
 
 
@@ -166,7 +284,26 @@ def launch(q: Any, k: Any, v: Any, o: Any, causal: bool, config: Config) -> None
     bsz, heads, sq, d = q.shape
     sk = k.shape[2]
     grid = (triton.cdiv(sq, config.block_m), bsz * heads)
-    attention_kernel[grid](q, k, v, o, sq, sk, 1.0 / math.sqrt(d), q.stride(1), q.stride(2), k.stride(1),
-                           k.stride(2), v.stride(1), v.stride(2), o.stride(1), o.stride(2),
-                           CAUSAL=int(bool(causal)), HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                           BLOCK_D=block_d(d), **config.options())
+    attention_kernel[grid](
+        q,
+        k,
+        v,
+        o,
+        sq,
+        sk,
+        1.0 / math.sqrt(d),
+        q.stride(1),
+        q.stride(2),
+        k.stride(1),
+        k.stride(2),
+        v.stride(1),
+        v.stride(2),
+        o.stride(1),
+        o.stride(2),
+        CAUSAL=int(bool(causal)),
+        HEAD_DIM=d,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_D=block_d(d),
+        **config.options(),
+    )

@@ -19,8 +19,26 @@ from llvmlite import ir
 
 from ..llvmir.cpu_launch import PreparedKernel, default_threads, ptr
 from ..llvmir.irutil import (
-    I1, I64, PTR, VOID, ceil_div, elem_ptr, elem_size, fma, i64, imin, lane_mask, load, load_vec,
-    loop_carry, masked_load, masked_store, scalar_type, splat, store_vec, for_range,
+    I1,
+    I64,
+    PTR,
+    VOID,
+    ceil_div,
+    elem_ptr,
+    elem_size,
+    fma,
+    for_range,
+    i64,
+    imin,
+    lane_mask,
+    load,
+    load_vec,
+    loop_carry,
+    masked_load,
+    masked_store,
+    scalar_type,
+    splat,
+    store_vec,
 )
 from ..llvmir.jit import get_or_compile
 from ..llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
@@ -65,8 +83,7 @@ def _emit_micro(module: ir.Module, dtype: str, vw: int) -> ir.Function:
     zero = ir.Constant(vty, None)
 
     def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-        bv = [load_vec(b, pb, t, b.add(b.mul(k, i64(nr)), i64(v * vw)), vw, align=vbytes)
-              for v in range(NR_VECTORS)]
+        bv = [load_vec(b, pb, t, b.add(b.mul(k, i64(nr)), i64(v * vw)), vw, align=vbytes) for v in range(NR_VECTORS)]
         arow = b.mul(k, i64(MR))
         out = []
         for r in range(MR):
@@ -89,8 +106,9 @@ def _emit_micro(module: ir.Module, dtype: str, vw: int) -> ir.Function:
     return fn
 
 
-def _emit_pack_b(b: ir.IRBuilder, t: ir.Type, vw: int, src: ir.Value, ldb: ir.Value,
-                 dst: ir.Value, kc: ir.Value, nc: ir.Value) -> None:
+def _emit_pack_b(
+    b: ir.IRBuilder, t: ir.Type, vw: int, src: ir.Value, ldb: ir.Value, dst: ir.Value, kc: ir.Value, nc: ir.Value
+) -> None:
     """dst[jr][k][0:NR] = src[k, jr*NR : jr*NR+NR] (zero past nc)."""
     nr = NR_VECTORS * vw
     vty = ir.VectorType(t, vw)
@@ -107,8 +125,9 @@ def _emit_pack_b(b: ir.IRBuilder, t: ir.Type, vw: int, src: ir.Value, ldb: ir.Va
                 store_vec(b, x, dst, b.add(drow, i64(v * vw)), align=vw * elem_size(t))
 
 
-def _emit_pack_a(b: ir.IRBuilder, t: ir.Type, src: ir.Value, lda: ir.Value, dst: ir.Value,
-                 kc: ir.Value, mc: ir.Value) -> None:
+def _emit_pack_a(
+    b: ir.IRBuilder, t: ir.Type, src: ir.Value, lda: ir.Value, dst: ir.Value, kc: ir.Value, mc: ir.Value
+) -> None:
     """dst[ir][k][r] = src[min(ir*MR + r, mc-1), k]."""
     last = b.sub(mc, i64(1))
     with for_range(b, i64(0), ceil_div(b, mc, MR), name="paj") as ir_:
@@ -158,9 +177,19 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
                 mvalid = imin(b, i64(MR), b.sub(mc, row))
                 with for_range(b, i64(0), ceil_div(b, nc, nr), name="jr") as jr:
                     col = b.mul(jr, i64(nr))
-                    b.call(micro, [pa, elem_ptr(b, pack_b, t, b.mul(col, kc)), kc,
-                                   elem_ptr(b, c_blk, t, b.add(b.mul(row, ldc), col)), ldc,
-                                   mvalid, imin(b, i64(nr), b.sub(nc, col)), first])
+                    b.call(
+                        micro,
+                        [
+                            pa,
+                            elem_ptr(b, pack_b, t, b.mul(col, kc)),
+                            kc,
+                            elem_ptr(b, c_blk, t, b.add(b.mul(row, ldc), col)),
+                            ldc,
+                            mvalid,
+                            imin(b, i64(nr), b.sub(nc, col)),
+                            first,
+                        ],
+                    )
 
     target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
     return module
@@ -193,9 +222,14 @@ def _check_blocking(dtype: str, blk: dict[str, int]) -> None:
             raise ValueError(f"blocking {key}={blk[key]} outside [1, {lim[key]}] for {dtype}")
 
 
-def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str,
-                threads: int | None = None, blocking: dict[str, int] | None = None,
-                target: CPUTarget | None = None) -> PreparedKernel:
+def prepare_cpu(
+    inputs: dict[str, np.ndarray],
+    shape: dict[str, int],
+    dtype: str,
+    threads: int | None = None,
+    blocking: dict[str, int] | None = None,
+    target: CPUTarget | None = None,
+) -> PreparedKernel:
     """Bind ``C = A @ B`` for the host CPU; compiles on first use per (dtype, target).
 
     ``blocking`` overrides the cache blocking (``mc``, ``nc``, ``kc``) and
@@ -209,8 +243,9 @@ def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str
     if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np_dtype or bm.dtype != np_dtype:
         raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of {np_dtype.__name__}")
     target = target or host_target()
-    compiled, fresh = get_or_compile((KERNEL, dtype, target.cache_key), lambda: build(target, dtype),
-                                     target.cpu_name, target.features)
+    compiled, fresh = get_or_compile(
+        (KERNEL, dtype, target.cache_key), lambda: build(target, dtype), target.cpu_name, target.features
+    )
     vw = target.vector_width(dtype)
     threads = threads or default_threads()
     if 2.0 * m * n * k < 2e6:
@@ -220,10 +255,19 @@ def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], dtype: str
     out = np.zeros((m, n), dtype=np_dtype)
     grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n else (0, 0)
     args = [ptr(a), ptr(bm), ptr(out), m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"]]
-    config: dict[str, Any] = dict(kernel=KERNEL, dtype=dtype, target=target.name,
-                                  **tile_sizes(dtype, vw), **blk)
+    config: dict[str, Any] = dict(kernel=KERNEL, dtype=dtype, target=target.name, **tile_sizes(dtype, vw), **blk)
     if k == 0:
         grid = (0, 0)  # C stays all zeros
     argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9
-    return PreparedKernel(compiled, KERNEL, args, argtypes, grid, threads, out,
-                          compiled.compile_s if fresh else 0.0, config, keepalive=(a, bm))
+    return PreparedKernel(
+        compiled,
+        KERNEL,
+        args,
+        argtypes,
+        grid,
+        threads,
+        out,
+        compiled.compile_s if fresh else 0.0,
+        config,
+        keepalive=(a, bm),
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -36,11 +36,22 @@ class GEMM(Kernel):
     dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16")
     profiles = {
         "quick": (_mnk(1024, 1024, 1024), _mnk(333, 517, 259)),
-        "standard": (_mnk(512, 512, 512), _mnk(1024, 1024, 1024), _mnk(2048, 2048, 2048),
-                     _mnk(1000, 1000, 1000), _mnk(4096, 256, 4096)),
-        "full": (_mnk(1024, 1024, 1024), _mnk(2048, 2048, 2048), _mnk(4096, 4096, 4096),
-                 _mnk(8192, 8192, 8192), _mnk(1000, 1000, 1000), _mnk(16384, 128, 4096),
-                 _mnk(128, 16384, 4096)),
+        "standard": (
+            _mnk(512, 512, 512),
+            _mnk(1024, 1024, 1024),
+            _mnk(2048, 2048, 2048),
+            _mnk(1000, 1000, 1000),
+            _mnk(4096, 256, 4096),
+        ),
+        "full": (
+            _mnk(1024, 1024, 1024),
+            _mnk(2048, 2048, 2048),
+            _mnk(4096, 4096, 4096),
+            _mnk(8192, 8192, 8192),
+            _mnk(1000, 1000, 1000),
+            _mnk(16384, 128, 4096),
+            _mnk(128, 16384, 4096),
+        ),
     }
 
     def flops(self, shape: Shape) -> float:

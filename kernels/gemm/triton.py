@@ -28,9 +28,25 @@ PRECISION = {"fp16": "ieee", "bf16": "ieee", "fp32": "ieee", "tf32": "tf32"}
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+def gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """C[M, N] = A[M, K] @ B[K, N] for one BLOCK_M x BLOCK_N tile."""
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -110,14 +126,26 @@ def configs(arch: str, dtype: str) -> list[Config]:
     digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
     major = int(digits[:-1] or 0)
     if dtype == "fp32":
-        return [Config(128, 128, 32, 8, 8, 3), Config(64, 128, 32, 8, 4, 3), Config(128, 64, 32, 8, 4, 3),
-                Config(64, 64, 32, 8, 4, 4)]
+        return [
+            Config(128, 128, 32, 8, 8, 3),
+            Config(64, 128, 32, 8, 4, 3),
+            Config(128, 64, 32, 8, 4, 3),
+            Config(64, 64, 32, 8, 4, 4),
+        ]
     bk = 32 if wide else 64
     if major >= 9:  # Hopper: wgmma wants 128-row tiles per warpgroup; 8 warps = two warpgroups
-        return [Config(128, 128, bk, 8, 8, 4), Config(128, 256, bk, 8, 8, 3), Config(256, 128, bk, 8, 8, 3),
-                Config(128, 128, bk, 8, 4, 4)]
-    return [Config(128, 128, bk, 8, 8, 3), Config(128, 256, bk, 8, 8, 3), Config(64, 128, bk, 8, 4, 4),
-            Config(128, 64, bk, 8, 4, 4)]
+        return [
+            Config(128, 128, bk, 8, 8, 4),
+            Config(128, 256, bk, 8, 8, 3),
+            Config(256, 128, bk, 8, 8, 3),
+            Config(128, 128, bk, 8, 4, 4),
+        ]
+    return [
+        Config(128, 128, bk, 8, 8, 3),
+        Config(128, 256, bk, 8, 8, 3),
+        Config(64, 128, bk, 8, 4, 4),
+        Config(128, 64, bk, 8, 4, 4),
+    ]
 
 
 def default_config(arch: str, dtype: str) -> Config:
@@ -127,8 +155,17 @@ def default_config(arch: str, dtype: str) -> Config:
 
 def signature() -> dict[str, str]:
     """Argument types for ahead-of-time compilation (``triton.compiler.ASTSource``), by pointer dtype."""
-    return {"M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32",
-            "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"}
+    return {
+        "M": "i32",
+        "N": "i32",
+        "K": "i32",
+        "stride_am": "i32",
+        "stride_ak": "i32",
+        "stride_bk": "i32",
+        "stride_bn": "i32",
+        "stride_cm": "i32",
+        "stride_cn": "i32",
+    }
 
 
 def compile_variants(arch: str) -> list[dict[str, Any]]:
@@ -138,9 +175,18 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
         cfg = default_config(arch, dtype)
         elem = ELEMENT[dtype]
         sig = {"a_ptr": f"*{elem}", "b_ptr": f"*{elem}", "c_ptr": f"*{elem}", **signature()}
-        variants.append({"name": f"gemm_{dtype}", "dtype": dtype, "fn": gemm_kernel, "signature": sig,
-                         "constexprs": {**cfg.constexprs(), "PRECISION": PRECISION[dtype]},
-                         "options": cfg.options(), "config": cfg.as_dict(), "precision": PRECISION[dtype]})
+        variants.append(
+            {
+                "name": f"gemm_{dtype}",
+                "dtype": dtype,
+                "fn": gemm_kernel,
+                "signature": sig,
+                "constexprs": {**cfg.constexprs(), "PRECISION": PRECISION[dtype]},
+                "options": cfg.options(),
+                "config": cfg.as_dict(),
+                "precision": PRECISION[dtype],
+            }
+        )
     return variants
 
 
@@ -149,6 +195,20 @@ def launch(a: Any, b: Any, c: Any, dtype: str, config: Config) -> None:
     m, k = a.shape
     n = b.shape[1]
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    gemm_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                      c.stride(0), c.stride(1), **config.constexprs(), PRECISION=PRECISION[dtype],
-                      **config.options())
+    gemm_kernel[grid](
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        **config.constexprs(),
+        PRECISION=PRECISION[dtype],
+        **config.options(),
+    )

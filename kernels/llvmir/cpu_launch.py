@@ -12,7 +12,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +43,7 @@ class WorkerPool:
         for w in range(1, n):
             self._start[w].acquire()
             self._done[w].acquire()
-            threading.Thread(target=self._loop, args=(w,), daemon=True,
-                             name=f"hwbench-llvm-{w}").start()
+            threading.Thread(target=self._loop, args=(w,), daemon=True, name=f"hwbench-llvm-{w}").start()
 
     def _loop(self, w: int) -> None:
         while True:
@@ -107,10 +107,19 @@ class PreparedKernel:
     compilation and no copies happen in Python; everything is in the kernel.
     """
 
-    def __init__(self, compiled: CompiledModule, kernel: str, args: Sequence[Any],
-                 argtypes: Sequence[Any], grid: Sequence[int], threads: int,
-                 output: np.ndarray, compile_s: float, config: dict[str, Any],
-                 keepalive: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        compiled: CompiledModule,
+        kernel: str,
+        args: Sequence[Any],
+        argtypes: Sequence[Any],
+        grid: Sequence[int],
+        threads: int,
+        output: np.ndarray,
+        compile_s: float,
+        config: dict[str, Any],
+        keepalive: Sequence[Any] = (),
+    ) -> None:
         self.output = output
         self.compile_s = compile_s
         g = (list(grid) + [1, 1, 1])[:3]
@@ -124,13 +133,13 @@ class PreparedKernel:
         tail = list(argtypes)
         static = ctypes.CFUNCTYPE(None, *_HEAD, *tail)(compiled.function_address(kernel))
         dynamic = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *_HEAD[1:], *tail)(
-            compiled.function_address(f"{kernel}__dynamic"))
+            compiled.function_address(f"{kernel}__dynamic")
+        )
         self._static, self._dynamic = static, dynamic
         grid_args = (g[0], g[1], g[2])
         self._static_args = (0, self.total) + grid_args + (self._buffers[0][1],) + tuple(args)
         counter_ptr = self._counter.ctypes.data
-        self._worker_args = [(counter_ptr, self.total) + grid_args + (buf[1],) + tuple(args)
-                             for buf in self._buffers]
+        self._worker_args = [(counter_ptr, self.total) + grid_args + (buf[1],) + tuple(args) for buf in self._buffers]
 
     def _work(self, w: int) -> None:
         self._dynamic(*self._worker_args[w])

@@ -22,9 +22,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from llvmlite import ir
 
@@ -67,10 +67,16 @@ class _ScratchAlloca(ir.instructions.AllocaInstr):
 class _GPUContext(KernelContext):
     """Program ids from the block/thread registers; local arrays are thread-private allocas."""
 
-    target: "GPUTarget"
+    target: GPUTarget
 
-    def __init__(self, target: "GPUTarget", builder: ir.IRBuilder, entry: ir.Block,
-                 grid: Sequence[ir.Value], ids: Sequence[ir.Value]) -> None:
+    def __init__(
+        self,
+        target: GPUTarget,
+        builder: ir.IRBuilder,
+        entry: ir.Block,
+        grid: Sequence[ir.Value],
+        ids: Sequence[ir.Value],
+    ) -> None:
         super().__init__(target, builder)
         self._entry = entry
         self._grid = list(grid)
@@ -133,8 +139,9 @@ class GPUTarget(LLVMTarget):
         """Index (i64) of this thread within its block along x."""
         raise NotImplementedError
 
-    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
-                      body: KernelBody) -> ir.Function:
+    def define_kernel(
+        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
+    ) -> ir.Function:
         fn = ir.Function(module, ir.FunctionType(VOID, [I64, I64, I64] + list(arg_types)), name=name)
         fn.calling_convention = self.calling_convention
         for arg in fn.args[3:]:
@@ -145,8 +152,9 @@ class GPUTarget(LLVMTarget):
         start, run, done = (builder.append_basic_block(n) for n in ("start", "run", "done"))
         builder.branch(start)
         builder.position_at_end(start)
-        x = builder.add(builder.mul(self.block_id(builder, 0), ir.Constant(I64, self.threads_per_block)),
-                        self.thread_id(builder))
+        x = builder.add(
+            builder.mul(self.block_id(builder, 0), ir.Constant(I64, self.threads_per_block)), self.thread_id(builder)
+        )
         ids = [x, self.block_id(builder, 1), self.block_id(builder, 2)]
         builder.cbranch(builder.icmp_signed("<", x, fn.args[0]), run, done)
         builder.position_at_end(run)
@@ -156,8 +164,10 @@ class GPUTarget(LLVMTarget):
         builder.position_at_end(done)
         builder.ret_void()
         if ctx.private_bytes > self.private_bytes:
-            raise ValueError(f"{name} needs {ctx.private_bytes} bytes of private memory per program; "
-                             f"{self.name} allows {self.private_bytes}")
+            raise ValueError(
+                f"{name} needs {ctx.private_bytes} bytes of private memory per program; "
+                f"{self.name} allows {self.private_bytes}"
+            )
         self.annotate(module, fn)
         return fn
 
@@ -197,9 +207,11 @@ class AMDGCNTarget(GPUTarget):
 
     kind = "amdgcn"
     triple = "amdgcn-amd-amdhsa"
-    data_layout = ("e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32-"
-                   "p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128-v192:256-"
-                   "v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9")
+    data_layout = (
+        "e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32-"
+        "p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128-v192:256-"
+        "v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9"
+    )
     calling_convention = "amdgpu_kernel"
     threads_per_block = 256
     private_addrspace = 5

@@ -7,8 +7,8 @@ use these helpers can be lowered to any LLVM backend. Pointers are opaque
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
 
 from llvmlite import ir
 
@@ -48,8 +48,7 @@ def splat(builder: ir.IRBuilder, value: ir.Value, width: int) -> ir.Value:
     if isinstance(value, ir.Constant):
         return ir.Constant(vty, [value.constant] * width)
     v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
-                                  ir.Constant(vec_type(I32, width), [0] * width))
+    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined), ir.Constant(vec_type(I32, width), [0] * width))
 
 
 def const_vec(elem: ir.Type, values: Sequence[float | int]) -> ir.Constant:
@@ -98,15 +97,17 @@ def load(builder: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, align: int | None = 
     return builder.load(ptr, typ=ty, align=align)
 
 
-def load_vec(builder: ir.IRBuilder, base: ir.Value, elem: ir.Type, index: ir.Value,
-             width: int, align: int | None = None) -> ir.Value:
+def load_vec(
+    builder: ir.IRBuilder, base: ir.Value, elem: ir.Type, index: ir.Value, width: int, align: int | None = None
+) -> ir.Value:
     """Load ``width`` contiguous elements starting at ``base[index]``."""
     ptr = elem_ptr(builder, base, elem, index)
     return builder.load(ptr, typ=vec_type(elem, width), align=align or elem_size(elem))
 
 
-def store_vec(builder: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value,
-              align: int | None = None) -> None:
+def store_vec(
+    builder: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value, align: int | None = None
+) -> None:
     """Store a vector to ``base[index:index+width]``."""
     elem = value.type.element
     ptr = elem_ptr(builder, base, elem, index)
@@ -124,11 +125,13 @@ def lane_mask(builder: ir.IRBuilder, width: int, first_lane: int, limit: ir.Valu
     return builder.icmp_signed("<", lanes, splat(builder, limit, width))
 
 
-def masked_load(builder: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value,
-                passthru: ir.Value | None = None) -> ir.Value:
+def masked_load(
+    builder: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value, passthru: ir.Value | None = None
+) -> ir.Value:
     """``llvm.masked.load``: disabled lanes read nothing and yield ``passthru`` (zero)."""
-    fn = _intrinsic(builder.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty,
-                    [PTR, I32, vec_type(I1, vty.count), vty])
+    fn = _intrinsic(
+        builder.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty, [PTR, I32, vec_type(I1, vty.count), vty]
+    )
     if passthru is None:
         passthru = ir.Constant(vty, None)
     return builder.call(fn, [ptr, ir.Constant(I32, elem_size(vty.element)), mask, passthru])
@@ -137,8 +140,9 @@ def masked_load(builder: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: 
 def masked_store(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:
     """``llvm.masked.store``: disabled lanes write nothing."""
     vty = value.type
-    fn = _intrinsic(builder.module, f"llvm.masked.store.{_suffix(vty)}.p0", VOID,
-                    [vty, PTR, I32, vec_type(I1, vty.count)])
+    fn = _intrinsic(
+        builder.module, f"llvm.masked.store.{_suffix(vty)}.p0", VOID, [vty, PTR, I32, vec_type(I1, vty.count)]
+    )
     builder.call(fn, [value, ptr, ir.Constant(I32, elem_size(vty.element)), mask])
 
 
@@ -157,10 +161,15 @@ def ceil_div(builder: ir.IRBuilder, a: ir.Value, b: int) -> ir.Value:
     return builder.sdiv(builder.add(a, i64(b - 1)), i64(b))
 
 
-def loop_carry(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int,
-               init: Sequence[ir.Value],
-               body: Callable[[ir.Value, list[ir.Value]], Sequence[ir.Value]],
-               name: str = "loop") -> list[ir.Value]:
+def loop_carry(
+    builder: ir.IRBuilder,
+    start: ir.Value,
+    stop: ir.Value,
+    step: ir.Value | int,
+    init: Sequence[ir.Value],
+    body: Callable[[ir.Value, list[ir.Value]], Sequence[ir.Value]],
+    name: str = "loop",
+) -> list[ir.Value]:
     """``for i in range(start, stop, step)`` carrying SSA values through phi nodes.
 
     ``body(i, values)`` emits the loop body and returns the next values. The
@@ -186,13 +195,13 @@ def loop_carry(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.
     nxt = builder.add(iv, step, name=f"{name}.next")
     latch = builder.block
     iv.add_incoming(nxt, latch)
-    for p, v in zip(phis, new_values):
+    for p, v in zip(phis, new_values, strict=False):
         p.add_incoming(v, latch)
     builder.cbranch(builder.icmp_signed("<", nxt, stop), header, exit_)
 
     builder.position_at_end(exit_)
     results = []
-    for k, (v0, v1) in enumerate(zip(init, new_values)):
+    for k, (v0, v1) in enumerate(zip(init, new_values, strict=False)):
         r = builder.phi(v0.type, name=f"{name}.r{k}")
         r.add_incoming(v0, pre)
         r.add_incoming(v1, latch)
@@ -201,8 +210,9 @@ def loop_carry(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.
 
 
 @contextmanager
-def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int = 1,
-              name: str = "for") -> Iterator[ir.Value]:
+def for_range(
+    builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int = 1, name: str = "for"
+) -> Iterator[ir.Value]:
     """``with for_range(b, lo, hi) as i:`` emits a counted loop (no carried values)."""
     if isinstance(step, int):
         step = i64(step)

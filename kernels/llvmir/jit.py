@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -57,8 +57,9 @@ class CompiledModule:
         return self.target_machine.emit_assembly(self.llvm_module)
 
 
-def compile_module(module: ir.Module, cpu_name: str | None = None,
-                   features: str | None = None, opt: int = 3) -> CompiledModule:
+def compile_module(
+    module: ir.Module, cpu_name: str | None = None, features: str | None = None, opt: int = 3
+) -> CompiledModule:
     """Verify, optimise (new pass manager, O3) and JIT ``module`` for the host."""
     ensure_llvm_initialized()
     t0 = time.perf_counter()
@@ -66,7 +67,8 @@ def compile_module(module: ir.Module, cpu_name: str | None = None,
     features = features if features is not None else llvm.get_host_cpu_features().flatten()
     triple = module.triple or llvm.get_process_triple()
     tm = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu_name, features=features, opt=opt, codemodel="jitdefault")
+        cpu=cpu_name, features=features, opt=opt, codemodel="jitdefault"
+    )
     mod = llvm.parse_assembly(str(module))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
@@ -77,17 +79,16 @@ def compile_module(module: ir.Module, cpu_name: str | None = None,
     pb.getModulePassManager().run(mod, pb)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    return CompiledModule(engine=engine, compile_s=time.perf_counter() - t0,
-                          llvm_module=mod, target_machine=tm)
+    return CompiledModule(engine=engine, compile_s=time.perf_counter() - t0, llvm_module=mod, target_machine=tm)
 
 
 _cache: dict[tuple[str, ...], CompiledModule] = {}
 _cache_lock = threading.Lock()
 
 
-def get_or_compile(key: tuple[str, ...], build: Callable[[], ir.Module],
-                   cpu_name: str | None = None,
-                   features: str | None = None) -> tuple[CompiledModule, bool]:
+def get_or_compile(
+    key: tuple[str, ...], build: Callable[[], ir.Module], cpu_name: str | None = None, features: str | None = None
+) -> tuple[CompiledModule, bool]:
     """Compiled module for ``key``, building it on first use.
 
     Returns ``(compiled, compiled_now)``; the cache lives for the process.

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -51,7 +52,7 @@ def _builtin(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]
 class _SPIRVContext(KernelContext):
     """Grid from OpenCL's work-group builtins; scratch from the global workspace."""
 
-    def __init__(self, target: "SPIRVTarget", builder: ir.IRBuilder, workspace: ir.Value) -> None:
+    def __init__(self, target: SPIRVTarget, builder: ir.IRBuilder, workspace: ir.Value) -> None:
         super().__init__(target, builder)
         self._workspace = workspace
         self.workspace_bytes = 0
@@ -100,8 +101,9 @@ class SPIRVTarget(LLVMTarget):
     def vector_width(self, dtype: str) -> int:
         return max(1, self.lanes * 4 // DTYPE_BYTES[dtype])
 
-    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
-                      body: KernelBody) -> ir.Function:
+    def define_kernel(
+        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
+    ) -> ir.Function:
         params = [GLOBAL, I64] + [GLOBAL if t == PTR else t for t in arg_types]
         fn = ir.Function(module, ir.FunctionType(VOID, params), name=name)
         fn.calling_convention = "spir_kernel"
@@ -109,8 +111,10 @@ class SPIRVTarget(LLVMTarget):
         ws_global, stride = fn.args[:2]
         args = [b.addrspacecast(a, PTR) if a.type == GLOBAL else a for a in fn.args[2:]]
         ctx = _SPIRVContext(self, b, workspace=None)  # type: ignore[arg-type]
-        flat = b.add(b.mul(b.add(b.mul(ctx.program_id(2), ctx.num_programs(1)), ctx.program_id(1)),
-                           ctx.num_programs(0)), ctx.program_id(0))
+        flat = b.add(
+            b.mul(b.add(b.mul(ctx.program_id(2), ctx.num_programs(1)), ctx.program_id(1)), ctx.num_programs(0)),
+            ctx.program_id(0),
+        )
         mine = b.gep(ws_global, [b.mul(flat, stride)], inbounds=True, source_etype=ir.IntType(8))
         ctx._workspace = b.addrspacecast(mine, PTR)
         body(ctx, args)
@@ -179,7 +183,7 @@ class SPIRVModule:
     target: str
 
 
-def _machine() -> "llvm.TargetMachine":
+def _machine() -> llvm.TargetMachine:
     """LLVM's SPIR-V target machine; RuntimeError when this llvmlite was built without it."""
     import llvmlite.binding as llvm
 
@@ -243,9 +247,11 @@ def _build_in_child(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
     import subprocess
     import sys
 
-    code = ("import base64, dataclasses, json; from hwbench.kernels.llvmir.spirv import _build_here; "
-            f"m = dataclasses.asdict(_build_here({kernel!r}, {dtype!r}, {lanes})); "
-            "m['binary'] = base64.b64encode(m['binary']).decode(); print(json.dumps(m))")
+    code = (
+        "import base64, dataclasses, json; from hwbench.kernels.llvmir.spirv import _build_here; "
+        f"m = dataclasses.asdict(_build_here({kernel!r}, {dtype!r}, {lanes})); "
+        "m['binary'] = base64.b64encode(m['binary']).decode(); print(json.dumps(m))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"SPIR-V build in a child process failed: {proc.stderr.strip()[-300:]}")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from .irutil import I64, PTR, VOID, DTYPE_BYTES, for_range, i64
+from .irutil import DTYPE_BYTES, I64, PTR, VOID, for_range, i64
 
 KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
 
@@ -31,7 +31,7 @@ _LOCAL_ALIGN = 64
 class KernelContext(ABC):
     """What a kernel body may ask of its target while emitting one program."""
 
-    def __init__(self, target: "LLVMTarget", builder: ir.IRBuilder) -> None:
+    def __init__(self, target: LLVMTarget, builder: ir.IRBuilder) -> None:
         self.target = target
         self.builder = builder
 
@@ -68,8 +68,9 @@ class LLVMTarget(ABC):
         """Elements of ``dtype`` per SIMD vector."""
 
     @abstractmethod
-    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
-                      body: KernelBody) -> ir.Function:
+    def define_kernel(
+        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
+    ) -> ir.Function:
         """Create the entry point ``name`` and emit ``body(ctx, args)`` into it."""
 
     def new_module(self, name: str) -> ir.Module:
@@ -103,8 +104,9 @@ def _type_bytes(ty: ir.Type) -> int:
 
 
 class _CPUContext(KernelContext):
-    def __init__(self, target: "CPUTarget", builder: ir.IRBuilder, entry: ir.Block,
-                 workspace: ir.Value, grid: Sequence[ir.Value]) -> None:
+    def __init__(
+        self, target: CPUTarget, builder: ir.IRBuilder, entry: ir.Block, workspace: ir.Value, grid: Sequence[ir.Value]
+    ) -> None:
         super().__init__(target, builder)
         self._entry = entry
         self._workspace = workspace
@@ -133,8 +135,7 @@ class _CPUContext(KernelContext):
         nbytes = count * _type_bytes(elem)
         self.workspace_bytes = offset + nbytes
         with self.builder.goto_block(self._entry):
-            return self.builder.gep(self._workspace, [i64(offset)], inbounds=True,
-                                    source_etype=ir.IntType(8))
+            return self.builder.gep(self._workspace, [i64(offset)], inbounds=True, source_etype=ir.IntType(8))
 
 
 class CPUTarget(LLVMTarget):
@@ -160,8 +161,7 @@ class CPUTarget(LLVMTarget):
         self.cpu_name = cpu_name or llvm.get_host_cpu_name()
         self.features = features if features is not None else llvm.get_host_cpu_features().flatten()
         self.triple = llvm.get_process_triple()
-        tm = llvm.Target.from_triple(self.triple).create_target_machine(
-            cpu=self.cpu_name, features=self.features)
+        tm = llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu_name, features=self.features)
         self.data_layout = str(tm.target_data)
         self._vector_bytes = _host_vector_bytes(self.features)
         self.name = f"cpu-{self.cpu_name}-{self._vector_bytes * 8}b"
@@ -173,8 +173,9 @@ class CPUTarget(LLVMTarget):
     def vector_width(self, dtype: str) -> int:
         return self._vector_bytes // DTYPE_BYTES[dtype]
 
-    def define_kernel(self, module: ir.Module, name: str, arg_types: Sequence[ir.Type],
-                      body: KernelBody) -> ir.Function:
+    def define_kernel(
+        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
+    ) -> ir.Function:
         head = [I64, I64, I64, I64, I64, PTR]
         fn = ir.Function(module, ir.FunctionType(VOID, head + list(arg_types)), name=name)
         for arg in fn.args:
@@ -204,8 +205,7 @@ class CPUTarget(LLVMTarget):
     @staticmethod
     def _define_dynamic(module: ir.Module, kernel: ir.Function) -> ir.Function:
         tail = [a.type for a in kernel.args[2:]]
-        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64] + tail),
-                         name=f"{kernel.name}__dynamic")
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64] + tail), name=f"{kernel.name}__dynamic")
         counter, total = fn.args[:2]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         loop = b.append_basic_block("claim")

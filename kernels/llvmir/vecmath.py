@@ -20,11 +20,25 @@ from .irutil import F32, fma, fmax, fmin, splat, vec_type
 # the clamp [lo, hi] only keeps n representable (exp(lo) rounds to 0, exp(hi) to inf).
 _EXP_PARAMS = {
     "float": dict(
-        ln2_hi=0.693359375, ln2_lo=-2.12194440e-4, degree=7,
-        lo=-104.0, hi=89.0, mant_bits=23, bias=127, int_ty=ir.IntType(32)),
+        ln2_hi=0.693359375,
+        ln2_lo=-2.12194440e-4,
+        degree=7,
+        lo=-104.0,
+        hi=89.0,
+        mant_bits=23,
+        bias=127,
+        int_ty=ir.IntType(32),
+    ),
     "double": dict(
-        ln2_hi=6.93147180369123816490e-01, ln2_lo=1.90821492927058770002e-10, degree=13,
-        lo=-746.0, hi=710.0, mant_bits=52, bias=1023, int_ty=ir.IntType(64)),
+        ln2_hi=6.93147180369123816490e-01,
+        ln2_lo=1.90821492927058770002e-10,
+        degree=13,
+        lo=-746.0,
+        hi=710.0,
+        mant_bits=52,
+        bias=1023,
+        int_ty=ir.IntType(64),
+    ),
 }
 
 
@@ -36,8 +50,7 @@ def _rint(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     vty = x.type
     suffix = f"v{vty.count}{'f32' if vty.element == F32 else 'f64'}"
     name = f"llvm.rint.{suffix}"
-    fn = builder.module.globals.get(name) or ir.Function(
-        builder.module, ir.FunctionType(vty, [vty]), name=name)
+    fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vty, [vty]), name=name)
     return builder.call(fn, [x])
 
 
@@ -54,8 +67,7 @@ def exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     p = _EXP_PARAMS[str(elem)]
     int_vty = vec_type(p["int_ty"], w)
 
-    xc = fmin(builder, fmax(builder, x, _const(builder, elem, p["lo"], w)),
-              _const(builder, elem, p["hi"], w))
+    xc = fmin(builder, fmax(builder, x, _const(builder, elem, p["lo"], w)), _const(builder, elem, p["hi"], w))
     n = _rint(builder, builder.fmul(xc, _const(builder, elem, 1.0 / math.log(2.0), w)))
     neg_n = builder.fneg(n)
     r = fma(builder, neg_n, _const(builder, elem, p["ln2_hi"], w), xc)
@@ -75,8 +87,10 @@ def exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def _pow2(builder: ir.IRBuilder, n: ir.Value, p: dict, vty: ir.VectorType) -> ir.Value:
     """2**n as floats for integer n inside the normal exponent range."""
     w = vty.count
-    bits = builder.shl(builder.add(n, splat(builder, ir.Constant(p["int_ty"], p["bias"]), w)),
-                       splat(builder, ir.Constant(p["int_ty"], p["mant_bits"]), w))
+    bits = builder.shl(
+        builder.add(n, splat(builder, ir.Constant(p["int_ty"], p["bias"]), w)),
+        splat(builder, ir.Constant(p["int_ty"], p["mant_bits"]), w),
+    )
     return builder.bitcast(bits, vty)
 
 
@@ -87,7 +101,8 @@ def _reduce(builder: ir.IRBuilder, v: ir.Value, op) -> ir.Value:
         half = width // 2
         idx = list(range(half, width)) + list(range(half, width)) + [0] * (v.type.count - width)
         shuffled = builder.shuffle_vector(
-            v, undef, ir.Constant(vec_type(ir.IntType(32), v.type.count), idx[: v.type.count]))
+            v, undef, ir.Constant(vec_type(ir.IntType(32), v.type.count), idx[: v.type.count])
+        )
         v = op(v, shuffled)
         width = half
     return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))

@@ -32,9 +32,27 @@ def main() -> int:
     impls = ["gloo", "llvm_shm"] if why else ["gloo", "mpi", "llvm_shm"]
     if why:
         print(f"mpi left out: {why}", flush=True)
-    command = [sys.executable, "-m", "hwbench", "run", "--backend", "cpu", "--kernel", "allreduce",
-               "--ranks", str(args.ranks), "--impl", ",".join(impls), "--profile", "quick",
-               "--budget", str(args.budget), "--out", str(out), "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "hwbench",
+        "run",
+        "--backend",
+        "cpu",
+        "--kernel",
+        "allreduce",
+        "--ranks",
+        str(args.ranks),
+        "--impl",
+        ",".join(impls),
+        "--profile",
+        "quick",
+        "--budget",
+        str(args.budget),
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if not out.exists():
@@ -47,10 +65,15 @@ def main() -> int:
         print(f"FAILED {r['impl']} {r['shape']}: {r['status']}: {r['reason']}", file=sys.stderr)
     largest = max(r["shape"]["count"] for r in records)
     figures: dict[tuple[str, int], dict[str, float]] = {}
-    print(f"\n{'impl':<9} {'in_place':>8} {'p50 <=1KiB':>12} {'p99 <=1KiB':>12} {'busbw @' + str(largest * 4 >> 20) + 'MiB':>15}")
+    print(
+        f"\n{'impl':<9} {'in_place':>8} {'p50 <=1KiB':>12} {'p99 <=1KiB':>12} "
+        f"{'busbw @' + str(largest * 4 >> 20) + 'MiB':>15}"
+    )
     for impl in impls:
         for in_place in (0, 1):
-            mine = [r for r in records if r["impl"] == impl and r["shape"]["in_place"] == in_place and r["status"] == "ok"]
+            mine = [
+                r for r in records if r["impl"] == impl and r["shape"]["in_place"] == in_place and r["status"] == "ok"
+            ]
             small = [r for r in mine if r["shape"]["count"] * 4 <= 1024]
             big = [r for r in mine if r["shape"]["count"] == largest]
             if not small or not big:
@@ -64,12 +87,16 @@ def main() -> int:
         for in_place in (0, 1):
             if (native, in_place) in figures and ("llvm_shm", in_place) in figures:
                 g, p = figures[(native, in_place)], figures[("llvm_shm", in_place)]
-                print(f"in_place={in_place}: llvm_shm latency {g['p50'] / p['p50']:.1f}x lower than {native}'s, "
-                      f"busbw {p['busbw'] / g['busbw']:.2f}x {native}'s")
+                print(
+                    f"in_place={in_place}: llvm_shm latency {g['p50'] / p['p50']:.1f}x lower than {native}'s, "
+                    f"busbw {p['busbw'] / g['busbw']:.2f}x {native}'s"
+                )
     summary = doc.get("collective", {})
-    print(f"\ncollective summary: small-message latency {summary.get('small_message_latency_s')} s "
-          f"({summary.get('small_message_latency_impl')}), peak busbw {summary.get('peak_busbw_gbps')} GB/s "
-          f"({summary.get('peak_busbw_impl')}); wall {sum(x['wall_s'] for x in summary.get('launches', [])):.1f} s")
+    print(
+        f"\ncollective summary: small-message latency {summary.get('small_message_latency_s')} s "
+        f"({summary.get('small_message_latency_impl')}), peak busbw {summary.get('peak_busbw_gbps')} GB/s "
+        f"({summary.get('peak_busbw_impl')}); wall {sum(x['wall_s'] for x in summary.get('launches', [])):.1f} s"
+    )
     print(f"results: {out}")
     return 1 if failed else 0
 

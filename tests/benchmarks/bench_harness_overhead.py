@@ -25,8 +25,12 @@ CASES = [
     ("gemm", "numpy", "fp32", {"M": 1024, "N": 1024, "K": 1024}),
     ("gemm", "llvm", "fp32", {"M": 256, "N": 256, "K": 256}),
     ("attention", "llvm", "fp32", {"batch": 1, "heads": 8, "seq_q": 1024, "seq_k": 1024, "head_dim": 64, "causal": 0}),
-    ("attention", "torch_sdpa", "fp32", {"batch": 1, "heads": 8, "seq_q": 1024, "seq_k": 1024, "head_dim": 64,
-                                         "causal": 1}),
+    (
+        "attention",
+        "torch_sdpa",
+        "fp32",
+        {"batch": 1, "heads": 8, "seq_q": 1024, "seq_k": 1024, "head_dim": 64, "causal": 1},
+    ),
 ]
 
 

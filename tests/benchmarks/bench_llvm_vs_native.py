@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,8 +38,7 @@ def _time(fn: Callable[[], object], reps: int) -> list[float]:
     return out
 
 
-def compare(contenders: dict[str, Callable[[], object]], reps: int, rounds: int,
-            pause: float) -> dict[str, float]:
+def compare(contenders: dict[str, Callable[[], object]], reps: int, rounds: int, pause: float) -> dict[str, float]:
     """Median seconds per contender over ``rounds`` alternating blocks of ``reps``."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(rounds):
@@ -52,20 +51,26 @@ def compare(contenders: dict[str, Callable[[], object]], reps: int, rounds: int,
 
 def _row(label: str, flops: float, t_llvm: float, t_native: float, native: str) -> str:
     gl, gn = flops / t_llvm / 1e9, flops / t_native / 1e9
-    return (f"{label:<28} {t_llvm * 1e3:9.2f} {gl:9.1f}   {native:<6} {t_native * 1e3:9.2f} "
-            f"{gn:9.1f}   {t_native / t_llvm:5.2f}x")
+    return (
+        f"{label:<28} {t_llvm * 1e3:9.2f} {gl:9.1f}   {native:<6} {t_native * 1e3:9.2f} "
+        f"{gn:9.1f}   {t_native / t_llvm:5.2f}x"
+    )
 
 
 def _blas_info() -> None:
     if "OPENBLAS_CORETYPE" in os.environ or "OPENBLAS_L2_SIZE" in os.environ:
-        print("WARNING: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set; NumPy may run a slower kernel. "
-              "Rerun with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`.")
+        print(
+            "WARNING: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set; NumPy may run a slower kernel. "
+            "Rerun with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`."
+        )
     try:
         from threadpoolctl import threadpool_info
 
         for info in threadpool_info():
-            print(f"  {info.get('internal_api')}: {info.get('architecture', '-')} "
-                  f"threads={info.get('num_threads')} version={info.get('version')}")
+            print(
+                f"  {info.get('internal_api')}: {info.get('architecture', '-')} "
+                f"threads={info.get('num_threads')} version={info.get('version')}"
+            )
     except ImportError:
         print("  (threadpoolctl not installed: BLAS kernel unknown)")
 
@@ -86,8 +91,8 @@ def main() -> None:
         npd = np.float32 if dtype == "fp32" else np.float64
         a, b = (rng.uniform(-1, 1, (n, n)).astype(npd) for _ in range(2))
         pk = gemm.prepare_cpu({"A": a, "B": b}, {"M": n, "N": n, "K": n}, dtype)
-        t = compare({"llvm": pk.run, "numpy": lambda: a @ b}, args.reps, args.rounds, args.pause)
-        print(_row(f"gemm {dtype} {n}^3", 2.0 * n ** 3, t["llvm"], t["numpy"], "numpy"))
+        t = compare({"llvm": pk.run, "numpy": lambda a=a, b=b: a @ b}, args.reps, args.rounds, args.pause)
+        print(_row(f"gemm {dtype} {n}^3", 2.0 * n**3, t["llvm"], t["numpy"], "numpy"))
 
     try:
         import torch
@@ -109,8 +114,10 @@ def main() -> None:
             t = compare({"llvm": pk.run, "torch": sdpa}, args.reps, args.rounds, args.pause)
         flops = 4.0 * b_ * h * s * s * d / (2.0 if causal else 1.0)
         print(_row(f"attention fp32 causal={causal}", flops, t["llvm"], t["torch"], "torch"))
-    print(f"(torch {torch.__version__}, {torch.get_num_threads()} threads; attention GFLOP/s count "
-          "4*B*H*Sq*Sk*D, halved when causal)")
+    print(
+        f"(torch {torch.__version__}, {torch.get_num_threads()} threads; attention GFLOP/s count "
+        "4*B*H*Sq*Sk*D, halved when causal)"
+    )
 
 
 if __name__ == "__main__":

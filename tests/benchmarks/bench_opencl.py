@@ -66,8 +66,10 @@ def main() -> int:
         print(f"opencl unavailable: {available.reason}", file=sys.stderr)
         return 2
     device = backend.devices()[0]
-    print(f"device: {device.name} ({device.extra['platform']}, {device.driver}); "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}")
+    print(
+        f"device: {device.name} ({device.extra['platform']}, {device.driver}); "
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}"
+    )
     for kernel_name, shape in CASES:
         spec = get_kernel(kernel_name)
         full = spec.complete(dict(shape))
@@ -82,9 +84,12 @@ def main() -> int:
         native_name, native = _native(kernel_name, inputs, full)
         t_native = _wall(native, args.repeat)
         flops = spec.flops(full)
-        print(f"{kernel_name:9s} {spec.describe_shape(full):36s} opencl {flops / t_cl / 1e9:7.1f} GFLOP/s  "
-              f"{native_name} {flops / t_native / 1e9:7.1f} GFLOP/s  ratio {t_native / t_cl:.2f}x  "
-              f"parity {'ok' if check.passed else 'FAIL'}  tile {prepared.config.get('tile') or prepared.config.get('BQ')}")
+        print(
+            f"{kernel_name:9s} {spec.describe_shape(full):36s} opencl {flops / t_cl / 1e9:7.1f} GFLOP/s  "
+            f"{native_name} {flops / t_native / 1e9:7.1f} GFLOP/s  ratio {t_native / t_cl:.2f}x  "
+            f"parity {'ok' if check.passed else 'FAIL'}  "
+            f"tile {prepared.config.get('tile') or prepared.config.get('BQ')}"
+        )
     return 0
 
 

@@ -18,7 +18,15 @@ CASES = [
 
 @pytest.mark.parametrize("kernel_name,shape", CASES, ids=[k for k, _ in CASES])
 def test_opencl_kernel(hwbench_case, kernel_name: str, shape: dict[str, int]) -> None:
-    result = hwbench_case(kernel_name, shape, dtype="fp32", impl="opencl", backend="opencl",
-                          rounds=10, warmup_rounds=2, native_budget_s=0.5)
+    result = hwbench_case(
+        kernel_name,
+        shape,
+        dtype="fp32",
+        impl="opencl",
+        backend="opencl",
+        rounds=10,
+        warmup_rounds=2,
+        native_budget_s=0.5,
+    )
     assert result.parity["passed"]
     assert result.device_timer == "opencl-profiling-events"
