@@ -2,9 +2,10 @@
 
 The clock is measured with a chain of dependent register-to-register integer adds (one
 cycle each) written in inline assembly (not adds of an immediate: recent Intel cores fold
-those at rename, and such a chain ran at an apparent 7.6 GHz on a 2.2 GHz Xeon); the FMA units per core by timing independent vector FMAs against that
-clock. Both run on one core; all cores are assumed to reach the same clock, which a
-thermally limited all-core load may not.
+those at rename, and such a chain ran at an apparent 7.6 GHz on a 2.2 GHz Xeon); the FMA
+units per core by timing independent vector FMAs against that clock. Both run on one core;
+all cores are assumed to reach the same clock, which a thermally limited all-core load
+may not.
 """
 
 from __future__ import annotations
