@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared
-from hwbench.spec import Kernel, Shape
-from hwbench.sysinfo import blas_info, cpu_info, package_version
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared
+from hwbench.core.host import blas_info, cpu_info, package_version
+from hwbench.core.kernel import Kernel, Shape
 
 PORTABLE_DTYPES = ("fp32", "fp64")
 #: Bytes written to evict the caches when the size of the last level is unknown.
@@ -121,9 +121,8 @@ class CPUBackend(Backend):
         ]
 
     def _llvm_facts(self, info: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Peak | None, dict[str, Any]]:
+        from hwbench.backends.cpu_peak import measure_peak
         from hwbench.kernels.llvmir.target import CPUTarget
-
-        from .cpu_peak import measure_peak
 
         target = CPUTarget()
         lanes = target.vector_width("fp32")

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import DeviceInfo, Implementation, Prepared
-
-from ._probe import missing_modules
-from .torch_gpu import TorchGPUBackend, TorchPrepared
+from hwbench.backends._probe import missing_modules
+from hwbench.backends.torch_gpu import TorchGPUBackend, TorchPrepared
+from hwbench.core.backend import DeviceInfo, Implementation, Prepared
 
 
 def _nvidia_smi(index: int, fields: str) -> list[str]:
@@ -106,7 +105,7 @@ class CUDABackend(TorchGPUBackend):
         libs["cublas"] = cublas_version()
         libs["cudnn"] = str(torch.backends.cudnn.version() or "")
         if not missing_modules("cupy"):
-            from hwbench.sysinfo import package_version
+            from hwbench.core.host import package_version
 
             libs["cupy"] = package_version("cupy") or package_version("cupy-cuda12x") or "installed"
         return {k: v for k, v in libs.items() if v}
@@ -122,7 +121,7 @@ class CUDABackend(TorchGPUBackend):
         return natives
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo):
-        from hwbench.backend import Availability
+        from hwbench.core.backend import Availability
 
         if impl.name == "cupy_matmul" and missing_modules("cupy"):
             return Availability(False, "CuPy is not installed (pip install cupy-cuda12x)")

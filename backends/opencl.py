@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer
-from hwbench.spec import Kernel, Shape
-
-from ._probe import missing_modules
+from hwbench.backends._probe import missing_modules
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer
+from hwbench.core.kernel import Kernel, Shape
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 _C_DTYPES = ("fp32", "fp64", "fp16")
@@ -258,7 +257,7 @@ class OpenCLBackend(Backend):
     @staticmethod
     def _host_peak() -> Peak | None:
         """A CPU OpenCL device runs on the host's cores: its peak is the cpu backend's measured one."""
-        from hwbench.registry import get_backend
+        from hwbench.core.registry import get_backend
 
         try:
             own = get_backend("cpu").devices()[0].peak
@@ -342,7 +341,7 @@ class OpenCLBackend(Backend):
         dtype: str,
         device: DeviceInfo,
     ) -> Prepared:
-        from . import opencl_launch as launch
+        from hwbench.backends import opencl_launch as launch
 
         state = self._state(device)
         if impl.name == "opencl":
@@ -363,7 +362,7 @@ class OpenCLBackend(Backend):
 
     def flush(self, device: DeviceInfo) -> Callable[[], None] | None:
         if device.kind == "cpu":  # the device's caches are the host's: evict them as the cpu backend does
-            from .cpu import _llc_bytes
+            from hwbench.backends.cpu import _llc_bytes
 
             nbytes = 2 * _llc_bytes()
             if self._flush_buffer is None or self._flush_buffer.nbytes != nbytes:
@@ -385,7 +384,7 @@ class OpenCLBackend(Backend):
         return flush
 
     def environment(self) -> dict[str, Any]:
-        from hwbench.sysinfo import package_version
+        from hwbench.core.host import package_version
 
         env: dict[str, Any] = {"pyopencl": package_version("pyopencl"), "pyclblast": package_version("pyclblast")}
         try:

@@ -12,10 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import DeviceInfo, Prepared
-from hwbench.spec import Shape
-
-from .opencl import (
+from hwbench.backends.opencl import (
     OpenCLBuildError,
     _DeviceState,
     _Launch,
@@ -25,6 +22,8 @@ from .opencl import (
     gemm_tiles,
     scale_log2e,
 )
+from hwbench.core.backend import DeviceInfo, Prepared
+from hwbench.core.kernel import Shape
 
 _NP = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}
 
@@ -142,7 +141,7 @@ def clblast(state: _DeviceState, inputs: Mapping[str, np.ndarray], shape: Shape,
         last = pyclblast.gemm(state.queue, m, n, k, *views, a_ld=k, b_ld=n, c_ld=n)
         return first, last
 
-    from hwbench.sysinfo import package_version
+    from hwbench.core.host import package_version
 
     return _Launch(
         state,

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hwbench.backend import DeviceInfo
-
-from .torch_gpu import TorchGPUBackend
+from hwbench.backends.torch_gpu import TorchGPUBackend
+from hwbench.core.backend import DeviceInfo
 
 
 def _hip_library() -> ctypes.CDLL:

@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer
-from hwbench.spec import Kernel, Shape
-
-from ._probe import missing_modules
+from hwbench.backends._probe import missing_modules
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer
+from hwbench.core.kernel import Kernel, Shape
 
 TORCH_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp64")
 TRITON_DTYPES = {"gemm": ("fp16", "bf16", "fp32", "tf32"), "attention": ("fp16", "bf16", "fp32")}
@@ -179,7 +178,7 @@ class TorchGPUBackend(Backend):
         """Versions of torch, Triton and the vendor libraries."""
         import torch
 
-        from hwbench.sysinfo import package_version
+        from hwbench.core.host import package_version
 
         return {
             k: v
@@ -192,7 +191,7 @@ class TorchGPUBackend(Backend):
         }
 
     def environment(self) -> dict[str, Any]:
-        from hwbench.sysinfo import package_version
+        from hwbench.core.host import package_version
 
         env: dict[str, Any] = {
             "torch": package_version("torch"),

@@ -66,7 +66,7 @@ def _median(values: list[float]) -> float | None:
 
 def _peak_tflops(device: Any, dtype: str) -> float | None:
     """The device's own peak for ``dtype``, else the catalog's datasheet peak."""
-    from .catalog import Catalog
+    from hwbench.decide.catalog import Catalog
 
     own = device.peak.tflops if device.peak is not None else {}
     if dtype in own:
@@ -90,7 +90,7 @@ def _pick(backend: Any, kernel: str, impl: str) -> Any:
 def _check(
     prepared: Any, kernel: Any, inputs: Any, shape: dict[str, int], dtype: str, reference: Any
 ) -> dict[str, Any]:
-    from . import parity
+    from hwbench.run import parity
 
     prepared.run()
     result = parity.check(prepared.result(), reference, kernel.tolerance(dtype, shape))
@@ -138,8 +138,8 @@ class HwbenchCase:
         ``native``: the first the backend lists). ``native_median_s`` gives the native's
         median yourself instead of timing it here; ``native=False`` skips the native.
         """
-        from .registry import get_backend, get_kernel
-        from .timing import TimingConfig, measure
+        from hwbench.core.registry import get_backend, get_kernel
+        from hwbench.run.timing import TimingConfig, measure
 
         bk, spec = get_backend(backend), get_kernel(kernel)
         available = bk.probe()
@@ -215,7 +215,7 @@ def _result(
     native_impl: str | None,
     native_median_s: float | None,
 ) -> CaseResult:
-    from . import metrics
+    from hwbench.results import metrics
 
     achieved = metrics.tflops(flops, median) if median else None
     overhead = (

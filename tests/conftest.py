@@ -19,7 +19,7 @@ TESTS = Path(__file__).resolve().parent
 @pytest.fixture
 def faulty_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Environment in which the test-only 'faulty' backend (tests/faulty_backend.py) is registered."""
-    from hwbench.registry import get_backend
+    from hwbench.core.registry import get_backend
 
     monkeypatch.setenv("HWBENCH_BACKENDS", "faulty=faulty_backend:FaultyBackend")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.backend import Availability, Backend, DeviceInfo, Implementation, Prepared
-from hwbench.spec import Kernel, Shape
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared
+from hwbench.core.kernel import Kernel, Shape
 
 BEHAVIOURS = ("good", "segfault", "abort", "hang", "wrong", "raise", "compile_error", "nan")
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backend import DeviceInfo, Implementation, Prepared
 from hwbench.backends import opencl_launch
 from hwbench.backends.opencl import OpenCLBackend
-from hwbench.spec import Kernel, Shape
+from hwbench.core.backend import DeviceInfo, Implementation, Prepared
+from hwbench.core.kernel import Kernel, Shape
 
 
 class FaultyOpenCL(OpenCLBackend):

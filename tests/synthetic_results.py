@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hwbench.results import dumps, validate
+from hwbench.results.files import dumps, validate
 
 DATA = Path(__file__).resolve().parent / "data"
 TEMPLATE = json.loads((DATA / "cpu-base.json").read_text())

@@ -23,7 +23,7 @@ from hwbench.collective.shm import PREFIX, SHM_DIR, CollectiveError, Layout, Seg
 from hwbench.kernels.allreduce.llvm import load as load_kernels  # noqa: E402
 from hwbench.kernels.allreduce.llvm import slice_bounds
 from hwbench.kernels.allreduce.spec import KERNEL  # noqa: E402
-from hwbench.results import validate  # noqa: E402
+from hwbench.results.files import validate  # noqa: E402
 
 try:
     import torch.distributed  # noqa: F401

@@ -17,12 +17,12 @@ from conftest import hwbench_cmd
 
 torch = pytest.importorskip("torch")
 
-from hwbench.backend import DeviceInfo  # noqa: E402
 from hwbench.backends.cuda import CUDABackend  # noqa: E402
 from hwbench.backends.rocm import ROCmBackend  # noqa: E402
-from hwbench.case import CaseRequest  # noqa: E402
 from hwbench.collective import gpu, run  # noqa: E402
 from hwbench.collective.pattern import row_pattern, sum_pattern  # noqa: E402
+from hwbench.core.backend import DeviceInfo  # noqa: E402
+from hwbench.run.case import CaseRequest  # noqa: E402
 
 GPU = DeviceInfo("cuda", 0, "GPU", "NVIDIA", "gpu")
 

@@ -15,7 +15,7 @@ from conftest import hwbench_cmd
 from test_allreduce import _rank_processes, _run, _segments, needs_torch
 
 from hwbench.collective import mpi
-from hwbench.results import validate
+from hwbench.results.files import validate
 
 pytest.importorskip("llvmlite")
 needs_mpi = pytest.mark.skipif(bool(mpi.missing()), reason=mpi.missing() or "MPI is available")
@@ -140,8 +140,8 @@ def test_without_mpirun_the_cases_are_skipped_saying_why(tmp_path: Path, monkeyp
     monkeypatch.setenv("PATH", str(tmp_path))
     why = mpi.missing()
     assert why.startswith("mpi4py is not installed") or why.startswith("mpirun is not on PATH")
-    from hwbench.backend import DeviceInfo
     from hwbench.backends.cpu import CPUBackend
+    from hwbench.core.backend import DeviceInfo
 
     backend = CPUBackend()
     impl = next(i for i in backend.implementations("allreduce") if i.name == "mpi")
@@ -150,8 +150,8 @@ def test_without_mpirun_the_cases_are_skipped_saying_why(tmp_path: Path, monkeyp
 
 
 def test_under_torchrun_mpi_cases_are_skipped_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hwbench.case import CaseRequest
     from hwbench.collective.run import _support
+    from hwbench.run.case import CaseRequest
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)

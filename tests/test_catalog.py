@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hwbench.catalog import Catalog, DevicePeak, PriceQuote, user_price
-from hwbench.errors import UserError
+from hwbench.core.errors import UserError
+from hwbench.decide.catalog import Catalog, DevicePeak, PriceQuote, user_price
 
 
 @pytest.fixture(scope="module")

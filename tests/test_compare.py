@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from synthetic_results import DATA, document, record, write
 
-from hwbench.cli import main
-from hwbench.compare import compare, parse_fail_on
-from hwbench.resultset import load_checked
-from hwbench.stat_tests import mann_whitney_u
+from hwbench.cli.main import main
+from hwbench.decide.compare import compare, parse_fail_on
+from hwbench.decide.mann_whitney import mann_whitney_u
+from hwbench.results.checked import load_checked
 
 BASE, SAME, REGRESSED = DATA / "cpu-base.json", DATA / "cpu-new-same.json", DATA / "cpu-new-regressed.json"
 SHAPE = {"M": 8, "N": 8, "K": 8}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench.compile_stats import amdgcn_stats, tensor_core_counts
-from hwbench.results import validate
+from hwbench.compile.stats import amdgcn_stats, tensor_core_counts
+from hwbench.results.files import validate
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
 pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'hwbench[cpu]')")
@@ -145,7 +145,7 @@ def test_ptx_tensor_core_counter() -> None:
 
 
 def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:
-    from hwbench.compile_stats import find_ptxas, ptxas_stats
+    from hwbench.compile.stats import find_ptxas, ptxas_stats
 
     ptxas = find_ptxas(prefer_triton=False)
     if ptxas is None:
@@ -163,7 +163,7 @@ def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:
 
 
 def test_compile_runs_in_children_and_records_crashes() -> None:
-    from hwbench.compile_cmd import run_jobs
+    from hwbench.cli.compile import run_jobs
 
     records = run_jobs([{"arch": "sm_90", "kernel": "nonexistent", "impl": "llvm", "variant": "fp32"}], 1)
     assert len(records) == 1 and records[0]["status"] == "crashed"

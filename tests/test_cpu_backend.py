@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hwbench.case import CaseRequest, CaseRunner
-from hwbench.registry import get_backend
+from hwbench.core.registry import get_backend
+from hwbench.run.case import CaseRequest, CaseRunner
 
 QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}
 ODD_SHAPES = {

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from hwbench.catalog import Catalog
-from hwbench.derive import add_metrics
-from hwbench.results import validate
+from hwbench.decide.catalog import Catalog
+from hwbench.results.derive import add_metrics
+from hwbench.results.files import validate
 
 SHAPE = {"M": 1000, "N": 1000, "K": 1000}  # 2e9 flops, 1.2e7 bytes in fp32
 

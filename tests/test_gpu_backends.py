@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench.backend import DeviceInfo
-from hwbench.registry import get_backend, get_kernel
+from hwbench.core.backend import DeviceInfo
+from hwbench.core.registry import get_backend, get_kernel
 
 BACKENDS = ("cuda", "rocm")
 
@@ -92,7 +92,7 @@ def test_run_records_skips_with_reason(tmp_path: Path) -> None:
 def test_importing_gpu_backends_loads_no_sdk() -> None:
     code = (
         "import sys, hwbench.backends.cuda, hwbench.backends.rocm, hwbench.backends.torch_gpu, "
-        "hwbench.kernels.llvmir.gpu, hwbench.compile_cmd; "
+        "hwbench.kernels.llvmir.gpu, hwbench.cli.compile; "
         "print([m for m in ('torch', 'triton', 'cupy') if m in sys.modules])"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -154,7 +154,7 @@ SMALL = {
 @pytest.mark.parametrize("name", BACKENDS)
 def test_gpu_parity(name: str) -> None:
     """On a GPU: every implementation and dtype runs and passes parity on small odd shapes."""
-    from hwbench.case import CaseRequest, CaseRunner
+    from hwbench.run.case import CaseRequest, CaseRunner
 
     backend = get_backend(name)
     availability = backend.probe()

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hwbench import metrics
+from hwbench.results import metrics
 
 
 def test_tflops() -> None:

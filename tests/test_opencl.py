@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from conftest import TESTS, hwbench_cmd
 
-from hwbench.backend import DeviceInfo, Implementation
-from hwbench.case import CaseRequest, CaseRunner
-from hwbench.registry import get_backend, get_kernel
+from hwbench.core.backend import DeviceInfo, Implementation
+from hwbench.core.registry import get_backend, get_kernel
+from hwbench.run.case import CaseRequest, CaseRunner
 
 FAST = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3, "max_samples": 5}
 

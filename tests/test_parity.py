@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hwbench.parity import check
-from hwbench.spec import Tolerance
+from hwbench.core.kernel import Tolerance
+from hwbench.run.parity import check
 
 TOL = Tolerance(atol=0.5, rtol=0.25)  # bound at ref = 1.0: 0.5 + 0.25 * 1 = 0.75, all exact in binary
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hwbench.registry import backend_targets, get_backend
+from hwbench.core.registry import backend_targets, get_backend
 
 PLUGIN = """
 from hwbench.backend import Availability, Backend
@@ -47,8 +47,8 @@ def test_entry_point_backend_is_listed_and_probed(installed_plugin: None) -> Non
 
 
 def test_unavailable_plugin_backend_appears_in_a_run_with_its_reason(installed_plugin: None) -> None:
-    from hwbench.describe import describe_backend
-    from hwbench.runner import Plan, plan_cases
+    from hwbench.run.describe import describe_backend
+    from hwbench.run.runner import Plan, plan_cases
 
     described = describe_backend("newchip")
     assert described["available"] is False

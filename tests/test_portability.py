@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from synthetic_results import DATA, device, document, record, write
 
-from hwbench.cli import main
-from hwbench.metrics import performance_portability
-from hwbench.portability import cascade, p3_csv, portability
-from hwbench.resultset import load_checked
+from hwbench.cli.main import main
+from hwbench.decide.portability import cascade, p3_csv, portability
+from hwbench.results.checked import load_checked
+from hwbench.results.metrics import performance_portability
 
 SHAPE = {"M": 256, "N": 256, "K": 256}
 ON_GPU = {"backend": "cuda", "device": "GPU X"}

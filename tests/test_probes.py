@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench.cli import main
-from hwbench.probe_storage import fio_command, parse_size
-from hwbench.results import load
+from hwbench.cli.main import main
+from hwbench.probes.storage import fio_command, parse_size
+from hwbench.results.files import load
 
 needs_fio = pytest.mark.skipif(
     shutil.which("fio") is None, reason="fio is not installed (ci/apt-packages.txt installs it in CI)"

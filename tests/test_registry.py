@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hwbench import registry
-from hwbench.backend import Availability, Backend
-from hwbench.errors import UserError
-from hwbench.registry import backend_targets, get_backend, get_kernel, kernel_targets, parse_names
-from hwbench.spec import Kernel
+from hwbench.core import registry
+from hwbench.core.backend import Availability, Backend
+from hwbench.core.errors import UserError
+from hwbench.core.kernel import Kernel
+from hwbench.core.registry import backend_targets, get_backend, get_kernel, kernel_targets, parse_names
 
 SDKS = ("torch", "triton", "pyopencl", "cupy", "llvmlite")
 
@@ -148,12 +148,12 @@ def test_import_loads_no_device_sdk() -> None:
     code = textwrap.dedent(f"""
         import json, sys
         import hwbench
-        import hwbench.registry, hwbench.cli
-        hwbench.registry.backend_targets(); hwbench.registry.kernel_targets()
+        import hwbench.core.registry, hwbench.cli
+        hwbench.core.registry.backend_targets(); hwbench.core.registry.kernel_targets()
         print(json.dumps(sorted(m for m in {SDKS!r} if m in sys.modules)))
         print(json.dumps(sorted(m.split('.')[0] for m in sys.modules
                                 if m.split('.')[0] in {SDKS!r})))
-        print(json.dumps(["hwbench.cli" in sys.modules, "numpy" in sys.modules]))
+        print(json.dumps(["hwbench.cli.main" in sys.modules, "numpy" in sys.modules]))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

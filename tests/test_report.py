@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench import results
 from hwbench.report import build
 from hwbench.report.cascade import cascades
 from hwbench.report.data import Run, allreduce_points, rows
 from hwbench.report.svg import Scale, data_range, fmt_bytes, fmt_number
+from hwbench.results import files as results
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from hwbench import results
 from hwbench.report import build
+from hwbench.results import files as results
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from hwbench import results
-from hwbench.case import CaseRequest, base_record, failed
-from hwbench.errors import UserError
+from hwbench.core.errors import UserError
+from hwbench.results import files as results
+from hwbench.run.case import CaseRequest, base_record, failed
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted([*ROOT.glob("results/*.json"), *ROOT.glob("tests/data/*.json")])
@@ -437,8 +437,8 @@ def test_free_path(tmp_path: Path) -> None:
 
 
 def test_committed_results_glob_looks_in_the_repo_root() -> None:
-    assert (ROOT / "hwbench" / "results.py").is_file()
-    assert (ROOT / "hwbench" / "schema" / f"results-v{results.SCHEMA_VERSION}.json").is_file()
+    assert (ROOT / "hwbench" / "results" / "files.py").is_file()
+    assert (ROOT / "hwbench" / "results" / "schema" / f"results-v{results.SCHEMA_VERSION}.json").is_file()
 
 
 @pytest.mark.parametrize(
@@ -454,7 +454,7 @@ def test_committed_results_file_is_valid(path: Path) -> None:
 
 
 def test_file_written_from_sample_doc_passes_cli_validate(tmp_path: Path, sample_doc, capsys) -> None:
-    from hwbench.cli import main
+    from hwbench.cli.main import main
 
     path = results.save(sample_doc, tmp_path / "run.json")
     assert main(["validate", str(path)]) == 0

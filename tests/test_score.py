@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from synthetic_results import DATA, device, document, record, write
 
-from hwbench.catalog import Catalog
-from hwbench.cli import main
-from hwbench.platform import parse_platform
-from hwbench.score import score_platforms
-from hwbench.weights import load_weights
+from hwbench.cli.main import main
+from hwbench.decide.catalog import Catalog
+from hwbench.decide.platform import parse_platform
+from hwbench.decide.score import score_platforms
+from hwbench.decide.weights import load_weights
 
 GPU = device("cuda", "Test GPU", "gpu")
 CPU = device("cpu", "Test CPU", "cpu")
@@ -382,8 +382,8 @@ def test_user_catalog_must_source_every_value(
 
 
 def test_run_prices_with_a_user_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hwbench.results import load
-    from hwbench.sysinfo import cpu_info
+    from hwbench.core.host import cpu_info
+    from hwbench.results.files import load
 
     catalog = tmp_path / "cat.toml"
     catalog.write_text(

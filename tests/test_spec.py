@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from hwbench.errors import UserError
+from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, round_to_dtype, storage_dtype
+from hwbench.core.errors import UserError
+from hwbench.core.kernel import PROFILES, parse_shape_arg
 from hwbench.kernels.allreduce.spec import KERNEL as ALLREDUCE
 from hwbench.kernels.attention.spec import KERNEL as ATTENTION
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
-from hwbench.spec import DTYPE_BYTES, PROFILES, UNIT_ROUNDOFF, parse_shape_arg, round_to_dtype, storage_dtype
 
 # --- parse_shape_arg -------------------------------------------------------------------------
 

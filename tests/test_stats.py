@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hwbench.stats import CV_WARN, RESOLUTION_MARGIN, Summary, stability_warnings, summarize
+from hwbench.run.stats import CV_WARN, RESOLUTION_MARGIN, Summary, stability_warnings, summarize
 
 
 def test_summary_of_skewed_sample_is_exact() -> None:

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from hwbench import timing
-from hwbench.backend import Timer
-from hwbench.timing import TimingConfig, measure
+from hwbench.core.backend import Timer
+from hwbench.run import timing
+from hwbench.run.timing import TimingConfig, measure
 
 
 class FakeClock:
-    """Stands in for ``time.perf_counter`` inside hwbench.timing; only the fake timer moves it."""
+    """Stands in for ``time.perf_counter`` inside hwbench.run.timing; only the fake timer moves it."""
 
     def __init__(self) -> None:
         self.now = 1000.0

@@ -32,7 +32,7 @@ ATTN_CASES = [
 _CHILD = textwrap.dedent("""
     import json, sys
     import torch
-    from hwbench import parity
+    from hwbench.run import parity
     from hwbench.kernels.gemm import triton as gemm_tt
     from hwbench.kernels.gemm.spec import KERNEL as GEMM
     from hwbench.kernels.attention import triton as attn_tt

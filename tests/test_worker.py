@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench.runner import Plan, execute
-from hwbench.timing import TimingConfig
-from hwbench.worker import Worker, WorkerDied
+from hwbench.run.runner import Plan, execute
+from hwbench.run.timing import TimingConfig
+from hwbench.run.worker import Worker, WorkerDied
 
 SHAPE = {"M": 33, "N": 17, "K": 9}
 EXPECTED = {
@@ -32,7 +32,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def faulty_doc() -> dict:
-    from hwbench.registry import get_backend
+    from hwbench.core.registry import get_backend
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HWBENCH_BACKENDS", "faulty=faulty_backend:FaultyBackend")

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .impls import Collective, torch_all_reduce
-from .shm import CollectiveError
-from .topology import World
+from hwbench.collective.impls import Collective, torch_all_reduce
+from hwbench.collective.shm import CollectiveError
+from hwbench.collective.topology import World
 
 #: Messages up to this many bytes take the one-shot path.
 ONESHOT_MAX_BYTES = 256 * 1024

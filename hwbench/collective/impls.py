@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .pattern import count_wrong, fill_periodic
-from .shm import CollectiveError, Layout, Segment, ShmAllReduce, segment_name
-from .topology import World
+from hwbench.collective.pattern import count_wrong, fill_periodic
+from hwbench.collective.shm import CollectiveError, Layout, Segment, ShmAllReduce, segment_name
+from hwbench.collective.topology import World
 
 #: How a waiting rank passes time before it sleeps on the futex: CPU pauses, then sched_yield calls
 #: (tuning knobs: HWBENCH_AR_SPINS, HWBENCH_AR_YIELDS; recorded in each record's config).
@@ -210,7 +210,7 @@ class ShmPortableAllReduce(Collective):
 def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: str = "cpu") -> Collective:
     """The implementation ``name`` of ``backend`` on this rank (set-up is collective: every rank calls it)."""
     if backend in ("cuda", "rocm"):
-        from .gpu import create_gpu
+        from hwbench.collective.gpu import create_gpu
 
         return create_gpu(name, world, max_bytes, backend)
     if backend != "cpu":
@@ -220,7 +220,7 @@ def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: s
     if name == "llvm_shm":
         return ShmPortableAllReduce(world, max_bytes, timeout_s)
     if name == "mpi":
-        from .mpi import MpiAllReduce
+        from hwbench.collective.mpi import MpiAllReduce
 
         return MpiAllReduce(world)
     raise CollectiveError(f"no AllReduce implementation '{name}' on the CPU")

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import mpi
-from .rank import EXIT_COLLECTIVE_ERROR, INIT_TIMEOUT_S
-from .shm import PREFIX, SHM_DIR
-from .topology import TOKEN_ENV
+from hwbench.collective import mpi
+from hwbench.collective.rank import EXIT_COLLECTIVE_ERROR, INIT_TIMEOUT_S
+from hwbench.collective.shm import PREFIX, SHM_DIR
+from hwbench.collective.topology import TOKEN_ENV
 
 POLL_S = 0.02
 #: Seconds a launcher waits past a rank's own timeout before killing the ranks itself.

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .impls import NP_DTYPES, Collective
-from .shm import CollectiveError
-from .topology import World
+from hwbench.collective.impls import NP_DTYPES, Collective
+from hwbench.collective.shm import CollectiveError
+from hwbench.collective.topology import World
 
 #: Set to "1" by the launcher in the environment of ranks it starts through mpirun.
 MPI_ENV = "HWBENCH_AR_MPI"

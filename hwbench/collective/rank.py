@@ -22,11 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .impls import Collective, create
-from .mpi import MPI_ENV, finalize, rank_environment
-from .shm import CollectiveError
-from .sweep import run_case, to_record
-from .topology import World, describe_rank
+from hwbench.collective.impls import Collective, create
+from hwbench.collective.mpi import MPI_ENV, finalize, rank_environment
+from hwbench.collective.shm import CollectiveError
+from hwbench.collective.sweep import run_case, to_record
+from hwbench.collective.topology import World, describe_rank
 
 EXIT_COLLECTIVE_ERROR = 3
 INIT_TIMEOUT_S = 120.0

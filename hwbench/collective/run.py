@@ -15,12 +15,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from hwbench.case import CaseRequest, base_record, failed
-from hwbench.runner import fill_coordinates
-from hwbench.spec import DTYPE_BYTES
-
-from .launch import Launch
-from .topology import joined_rank
+from hwbench.collective.launch import Launch
+from hwbench.collective.topology import joined_rank
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.run.case import CaseRequest, base_record, failed
+from hwbench.run.runner import fill_coordinates
 
 DEFAULT_DTYPE = "fp32"
 GPU_BACKENDS = ("cuda", "rocm")
@@ -36,8 +35,8 @@ def expand(cases: list[CaseRequest]) -> list[CaseRequest]:
 
 def _support(case: CaseRequest, backends: list[dict[str, Any]]) -> str | None:
     """Why ``case`` cannot run here, or None (asks the backend, with the worker's device description)."""
-    from hwbench.backend import DeviceInfo
-    from hwbench.registry import get_backend
+    from hwbench.core.backend import DeviceInfo
+    from hwbench.core.registry import get_backend
 
     backend = get_backend(case.backend)
     impl = next((i for i in backend.implementations(case.kernel) if i.name == case.impl), None)
@@ -85,7 +84,7 @@ def gpu_cases(cases: list[CaseRequest]) -> list[CaseRequest]:
 
 
 def _job(cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    from hwbench.backend import WallTimer
+    from hwbench.core.backend import WallTimer
 
     items: list[dict[str, Any]] = []
     max_bytes: dict[str, int] = {}
@@ -172,8 +171,8 @@ def _run_joined(
     """Rank 0 under torchrun: hand the job to every rank and run it here."""
     import torch.distributed as dist
 
-    from .rank import init_process_group, serve
-    from .topology import World, describe_rank
+    from hwbench.collective.rank import init_process_group, serve
+    from hwbench.collective.topology import World, describe_rank
 
     world = World.from_env()
     init_process_group(world, timeout_s)

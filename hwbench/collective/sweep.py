@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.stats import stability_warnings, summarize
-
-from .impls import Collective
-from .pattern import row_pattern, sum_pattern
-from .topology import World
+from hwbench.collective.impls import Collective
+from hwbench.collective.pattern import row_pattern, sum_pattern
+from hwbench.collective.topology import World
+from hwbench.run.stats import stability_warnings, summarize
 
 MIN_ITERS, MAX_ITERS, MAX_WARMUP = 5, 1000, 100
 

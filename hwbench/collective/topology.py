@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .shm import CollectiveError
+from hwbench.collective.shm import CollectiveError
 
 #: Set by hwbench's launcher: names the shared segments of one launch (swept at its end).
 TOKEN_ENV = "HWBENCH_AR_TOKEN"
@@ -93,7 +93,7 @@ class World:
 
 def describe_rank(world: World, gpu: bool = False) -> dict[str, Any]:
     """This rank's host and device (its GPU when ``gpu``), for the results file's list of participants."""
-    from hwbench.sysinfo import cpu_info
+    from hwbench.core.host import cpu_info
 
     cpu = cpu_info()
     device = f"{cpu['model']} ({cpu['cores']} cores)"

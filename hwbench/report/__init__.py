@@ -10,11 +10,11 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..catalog import Catalog
-from . import html, sections
-from .data import Run, rows
-from .summary import summary
+from hwbench import __version__
+from hwbench.decide.catalog import Catalog
+from hwbench.report import html, sections
+from hwbench.report.data import Run, rows
+from hwbench.report.summary import summary
 
 
 def build(

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..metrics import performance_portability
-from .data import Device, Row, num, shape_text, sub
+from hwbench.report.data import Device, Row, num, shape_text, sub
+from hwbench.results.metrics import performance_portability
 
 FAILED = ("compile_error", "runtime_error", "parity_failed", "timeout", "crashed")
 

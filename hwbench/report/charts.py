@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cascade import Cascade
-from .svg import MARKERS, Axis, Plot, color, data_range, fmt_bytes, fmt_percent
+from hwbench.report.cascade import Cascade
+from hwbench.report.svg import MARKERS, Axis, Plot, color, data_range, fmt_bytes, fmt_percent
 
 DTYPE_MARKERS = {"fp32": "circle", "fp64": "square", "fp16": "triangle", "bf16": "diamond", "tf32": "triangle"}
 ROOF_DASH = ("", "6 3", "2 3", "8 3 2 3")

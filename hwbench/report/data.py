@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..catalog import Catalog
-from ..display import SHORT
-from ..spec import DTYPE_BYTES
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.decide.catalog import Catalog
+from hwbench.results.tables import SHORT
 
 
 @dataclass(frozen=True)

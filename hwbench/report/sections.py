@@ -8,12 +8,21 @@ from html import escape
 from statistics import median
 from typing import Any
 
-from ..catalog import Catalog
-from . import charts
-from .cascade import cascades
-from .data import Row, Run, allreduce_points, mem_gbps, overhead_rows, parity_rows, peak_tflops, roofline_points
-from .html import Raw, fmt, no_data, note, pair, seconds, table
-from .svg import fmt_bytes
+from hwbench.decide.catalog import Catalog
+from hwbench.report import charts
+from hwbench.report.cascade import cascades
+from hwbench.report.data import (
+    Row,
+    Run,
+    allreduce_points,
+    mem_gbps,
+    overhead_rows,
+    parity_rows,
+    peak_tflops,
+    roofline_points,
+)
+from hwbench.report.html import Raw, fmt, no_data, note, pair, seconds, table
+from hwbench.report.svg import fmt_bytes
 
 
 def _slug(text: str) -> str:

@@ -6,9 +6,9 @@ import json
 from html import escape
 from typing import Any
 
-from ..catalog import Catalog
-from .data import Run, devices, mem_gbps, not_ok, num, sub
-from .html import Raw, no_data, note, table
+from hwbench.decide.catalog import Catalog
+from hwbench.report.data import Run, devices, mem_gbps, not_ok, num, sub
+from hwbench.report.html import Raw, no_data, note, table
 
 
 def _scalar(value: Any) -> str:

@@ -31,9 +31,9 @@ from typing import Any
 
 from llvmlite import ir
 
-from ..llvmir.irutil import F32, F64, I32, I64, PTR, VOID, elem_ptr, for_range, i64, load_vec, store_vec
-from ..llvmir.jit import CompiledModule, get_or_compile
-from ..llvmir.target import CPUTarget, host_target
+from hwbench.kernels.llvmir.irutil import F32, F64, I32, I64, PTR, VOID, elem_ptr, for_range, i64, load_vec, store_vec
+from hwbench.kernels.llvmir.jit import CompiledModule, get_or_compile
+from hwbench.kernels.llvmir.target import CPUTarget, host_target
 
 DTYPES = ("fp32", "fp64")
 ELEM = {"fp32": F32, "fp64": F64}

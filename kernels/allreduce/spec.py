@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.spec import DTYPE_BYTES, Kernel, Shape, ShapeParam, Tolerance, storage_dtype
+from hwbench.core.dtypes import DTYPE_BYTES, storage_dtype
+from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance
 
 
 def _ar(count: int, ranks: int = 2) -> dict[str, int]:

@@ -7,17 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.spec import (
-    DTYPE_BYTES,
-    UNIT_ROUNDOFF,
-    Kernel,
-    Shape,
-    ShapeParam,
-    Tolerance,
-    accumulator,
-    seeded_uniform,
-    sqrt_int,
-)
+from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
+from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance, seeded_uniform, sqrt_int
 
 
 def _attn(b: int, h: int, sq: int, sk: int, d: int, causal: int) -> dict[str, int]:
@@ -66,7 +57,7 @@ class Attention(Kernel):
         if shape["seq_k"] == 0:
             shape["seq_k"] = shape["seq_q"]
         if shape["causal"] not in (0, 1):
-            from hwbench.errors import UserError
+            from hwbench.core.errors import UserError
 
             raise UserError(f"attention causal={shape['causal']}: use 0 or 1")
         return shape

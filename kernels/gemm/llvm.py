@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ..llvmir.cpu_launch import PreparedKernel, default_threads, ptr
-from ..llvmir.irutil import (
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads, ptr
+from hwbench.kernels.llvmir.irutil import (
     I1,
     I64,
     PTR,
@@ -40,8 +40,8 @@ from ..llvmir.irutil import (
     splat,
     store_vec,
 )
-from ..llvmir.jit import get_or_compile
-from ..llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
+from hwbench.kernels.llvmir.jit import get_or_compile
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
 
 DTYPES = ("fp32", "fp64")
 KERNEL = "gemm"

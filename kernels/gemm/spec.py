@@ -6,17 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.spec import (
-    DTYPE_BYTES,
-    UNIT_ROUNDOFF,
-    Kernel,
-    Shape,
-    ShapeParam,
-    Tolerance,
-    accumulator,
-    seeded_uniform,
-    sqrt_int,
-)
+from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
+from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance, seeded_uniform, sqrt_int
 
 
 def _mnk(m: int, n: int, k: int) -> dict[str, int]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .jit import CompiledModule
+from hwbench.kernels.llvmir.jit import CompiledModule
 
 _HEAD = [ctypes.c_int64] * 5 + [ctypes.c_void_p]
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from llvmlite import ir
 
-from .irutil import I32, I64, PTR, VOID
-from .target import KernelBody, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.irutil import I32, I64, PTR, VOID
+from hwbench.kernels.llvmir.target import KernelBody, KernelContext, LLVMTarget
 
 _init_lock = threading.Lock()
 _initialized = False

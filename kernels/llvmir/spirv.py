@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from .irutil import DTYPE_BYTES, I32, I64, PTR, VOID, i64
-from .target import KernelBody, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.irutil import DTYPE_BYTES, I32, I64, PTR, VOID, i64
+from hwbench.kernels.llvmir.target import KernelBody, KernelContext, LLVMTarget
 
 if TYPE_CHECKING:
     import llvmlite.binding as llvm

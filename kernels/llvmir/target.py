@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from .irutil import DTYPE_BYTES, I64, PTR, VOID, for_range, i64
+from hwbench.kernels.llvmir.irutil import DTYPE_BYTES, I64, PTR, VOID, for_range, i64
 
 KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
 
@@ -155,7 +155,7 @@ class CPUTarget(LLVMTarget):
     def __init__(self, cpu_name: str | None = None, features: str | None = None) -> None:
         import llvmlite.binding as llvm
 
-        from .jit import ensure_llvm_initialized
+        from hwbench.kernels.llvmir.jit import ensure_llvm_initialized
 
         ensure_llvm_initialized()
         self.cpu_name = cpu_name or llvm.get_host_cpu_name()
@@ -232,7 +232,7 @@ def host_target() -> CPUTarget:
 def __getattr__(name: str):
     # The GPU targets live in .gpu (which imports this module); resolved lazily to avoid a cycle.
     if name == "NVPTXTarget":
-        from .gpu import NVPTXTarget
+        from hwbench.kernels.llvmir.gpu import NVPTXTarget
 
         return NVPTXTarget
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import math
 
 from llvmlite import ir
 
-from .irutil import F32, fma, fmax, fmin, splat, vec_type
+from hwbench.kernels.llvmir.irutil import F32, fma, fmax, fmin, splat, vec_type
 
 # exp(x) = 2**n * exp(r), n = rint(x / ln2), |r| <= ln2 / 2, exp(r) by Taylor/Horner.
 # Taylor to degree 7 (fp32) / 13 (fp64) leaves a truncation error below 0.5 ulp.

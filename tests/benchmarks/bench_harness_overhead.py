@@ -15,10 +15,10 @@ import argparse
 import statistics
 import time
 
-from hwbench.backend import WallTimer
-from hwbench.registry import get_backend, get_kernel
-from hwbench.stats import summarize
-from hwbench.timing import TimingConfig, measure
+from hwbench.core.backend import WallTimer
+from hwbench.core.registry import get_backend, get_kernel
+from hwbench.run.stats import summarize
+from hwbench.run.timing import TimingConfig, measure
 
 CASES = [
     ("gemm", "llvm", "fp32", {"M": 1024, "N": 1024, "K": 1024}),

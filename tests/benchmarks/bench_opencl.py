@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from hwbench import parity
-from hwbench.registry import get_backend, get_kernel
+from hwbench.core.registry import get_backend, get_kernel
+from hwbench.run import parity
 
 CASES = [
     ("gemm", {"M": 1024, "N": 1024, "K": 1024}),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwbench.registry import get_kernel
+from hwbench.core.registry import get_kernel
 
 CASES = [
     ("gemm", {"M": 512, "N": 512, "K": 512}),

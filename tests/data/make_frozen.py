@@ -67,8 +67,8 @@ def retime(record: dict[str, Any], factor: float) -> None:
 
 def derive(name: str, what: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Write ``name``: a copy of the base with ``edit`` applied and its metrics derived again."""
-    from hwbench.derive import add_metrics
-    from hwbench.results import dumps, validate
+    from hwbench.results.derive import add_metrics
+    from hwbench.results.files import dumps, validate
 
     doc = copy.deepcopy(json.loads(BASE.read_text()))
     edit(doc)

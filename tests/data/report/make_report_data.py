@@ -31,10 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from hwbench.catalog import Catalog  # noqa: E402
-from hwbench.derive import add_metrics  # noqa: E402
-from hwbench.results import dumps, validate  # noqa: E402
-from hwbench.stats import summarize  # noqa: E402
+from hwbench.decide.catalog import Catalog  # noqa: E402
+from hwbench.results.derive import add_metrics  # noqa: E402
+from hwbench.results.files import dumps, validate  # noqa: E402
+from hwbench.run.stats import summarize  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SOURCE = ROOT / "results" / "cpu-epyc-2core-standard.json"

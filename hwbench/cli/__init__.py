@@ -1,0 +1,10 @@
+"""The ``hwbench`` command: one module per subcommand, each of one shape (``HELP``,
+``add_arguments(parser)``, ``main(args) -> int``), assembled and run by :mod:`.main`,
+which maps errors to exit codes.
+
+May import: every other hwbench package.
+"""
+
+from hwbench.cli.main import main
+
+__all__ = ["main"]

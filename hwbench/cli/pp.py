@@ -1,0 +1,86 @@
+"""Performance portability of each implementation across the devices of several results files.
+
+Per problem (kernel, dtype, shape) and implementation: application efficiency on each
+device (t_native / t_impl, against the fastest native there), architectural efficiency
+(achieved / peak), and Pennycook's PP, the harmonic mean over every device that ran the
+problem (0 when the implementation is missing or failing on any of them). --json adds
+cascade-plot data; --csv writes problem,platform,application,fom rows (fom = median
+seconds, lower is better) for the p3-analysis-library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from hwbench.decide.portability import p3_csv, portability
+from hwbench.results.checked import load_checked
+from hwbench.results.tables import table
+
+HELP = "performance portability (Pennycook PP) of each implementation across devices; p3 CSV export"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hwbench pp``."""
+    parser.add_argument("files", type=Path, nargs="+", help="results files (one or more devices each)")
+    parser.add_argument("--json", action="store_true", help="print the document (with cascade data) as JSON")
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write problem,platform,application,fom rows for the p3-analysis-library ('-': stdout)",
+    )
+
+
+def _eff(value: float | None, status: str) -> str:
+    if status != "ok":
+        return status
+    return "?" if value is None else f"{value:.2f}"
+
+
+def _pp(value: float | None, why: str) -> str:
+    return f"? ({why})" if value is None else f"{value:.2f}"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """One block per problem: implementations by device, then their PP."""
+    blocks = []
+    for problem in doc["problems"]:
+        devices = problem["platforms"]
+        headers = ("impl", *(f"{d} app/arch" for d in devices), "PP app", "PP arch")
+        rows = [
+            (
+                a["application"],
+                *(
+                    f"{_eff(a['app_efficiency'][d], a['status'][d])}/{_eff(a['arch_efficiency'][d], a['status'][d])}"
+                    for d in devices
+                ),
+                _pp(a["pp_app"], a["pp_app_unknown"]),
+                _pp(a["pp_arch"], a["pp_arch_unknown"]),
+            )
+            for a in problem["applications"]
+        ]
+        blocks.append(f"{problem['problem']}\n{table(rows, headers)}")
+    blocks.append(
+        "app = t_native / t_impl on the device; arch = achieved / peak; PP = harmonic mean over the "
+        "devices (0 if missing or failing on any)"
+    )
+    return "\n\n".join(blocks)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the portability table (or JSON) and write the CSV when asked."""
+    files = [load_checked(path) for path in args.files]
+    if args.csv is not None:
+        text = p3_csv(files)
+        if str(args.csv) == "-":
+            print(text, end="")
+            return 0
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        args.csv.write_text(text)
+    doc = portability(files)
+    print(json.dumps(doc, indent=1) if args.json else render(doc))
+    return 0

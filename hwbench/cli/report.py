@@ -1,0 +1,63 @@
+"""Write one self-contained HTML report (opens offline) from one or more results files.
+
+The page holds a summary (runs, host, devices, software stack, skipped and failed cases
+with their reasons), a roofline per device, porting overhead per backend and kernel, the
+performance-portability cascade across devices, AllReduce bus bandwidth and latency
+against message size, and a parity table, each chart with its numbers beside it. A
+section the files have no data for says so.
+
+  hwbench report results/a.json results/b.json -o report.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from hwbench.core.errors import UserError
+
+HELP = "write a self-contained HTML report (plots and tables) from results files"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hwbench report``."""
+    parser.add_argument("files", type=Path, nargs="+", metavar="RESULTS", help="results files (hwbench run --out)")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=Path("report.html"),
+        help="HTML file to write (default: report.html; replaced if it exists)",
+    )
+    parser.add_argument("--title", default="hwbench report", help="title of the page")
+
+
+def _write(path: Path, text: str) -> None:
+    """Write atomically: a reader never sees half a page."""
+    if path.is_dir():
+        raise UserError(f"{path} is a folder: give -o a file name such as report.html")
+    if not path.parent.exists():
+        raise UserError(f"folder {path.parent} does not exist: create it or choose another -o")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load every file (one line and exit 2 on a bad one), build the page, write it."""
+    from hwbench.report import build
+    from hwbench.results import files as results
+
+    runs = [(path, results.load(path)) for path in args.files]
+    page = build(runs, title=args.title)
+    _write(args.out, page)
+    print(f"report: {args.out} ({len(page) / 1024:.0f} KiB, {len(runs)} results file(s))")
+    return 0

@@ -1,0 +1,112 @@
+"""Rank candidate platforms with a weighted matrix of their results.
+
+Each PLATFORM is [NAME=]FILE[,FILE...]: results files (.json: runs and probes) and at most
+one platform file (.toml: name, usd_per_hour per device, price_source, sla_availability,
+mttr_minutes + mttr_source, notes, results = [...]). Dimensions (default weights):
+compute density 25 (best 16-bit GEMM TFLOPS, fp32 on CPUs, per USD/hour of one device),
+network 20 (small-message AllReduce p50), storage 15 (hwbench probe storage IOPS), time to
+first step 20 (hwbench probe startup, cold caches), recovery 20 (MTTR from the platform
+file). Missing data is shown as missing; its weight is not redistributed: total counts it
+as 0 (a lower bound) and max_total as 100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from hwbench.core.errors import UserError
+from hwbench.decide.catalog import Catalog
+from hwbench.decide.platform import parse_platform
+from hwbench.decide.score import score_platforms
+from hwbench.decide.weights import load_weights
+from hwbench.results.tables import table
+
+HELP = "rank platforms with a weighted matrix (compute density, network, storage, startup, recovery)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hwbench score``."""
+    parser.add_argument(
+        "platforms",
+        nargs="+",
+        metavar="PLATFORM",
+        help="[NAME=]RESULTS.json[,MORE.json][,PLATFORM.toml], or just PLATFORM.toml listing results",
+    )
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help="TOML matrix replacing the default (hwbench/data/weights.toml); weights must sum to 100",
+    )
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="TOML catalog of your own ([devices.KEY], [[prices]]) over the shipped one",
+    )
+    parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
+    parser.add_argument("--out", type=Path, default=None, help="also write the score document (JSON) to this file")
+
+
+def _cell(entry: dict[str, Any]) -> str:
+    if entry["missing"]:
+        return "missing"
+    raw = entry["raw"]
+    text = f"{raw:.4g}" if abs(raw) < 1e5 else f"{raw:.3g}"
+    return f"{entry['score']:.0f} ({text} {entry['unit']})"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The ranking table, the missing reasons and what the total means."""
+    names = list(doc["dimensions"])
+    headers = (
+        "rank",
+        "platform",
+        "total",
+        "max",
+        *(f"{doc['dimensions'][n]['label']} {doc['dimensions'][n]['weight']:g}%" for n in names),
+    )
+    rows = [
+        (
+            str(p["rank"]),
+            p["name"],
+            f"{p['total']:.1f}",
+            f"{p['max_total']:.1f}",
+            *(_cell(p["dimensions"][n]) for n in names),
+        )
+        for p in doc["platforms"]
+    ]
+    lines = [table(rows, headers), ""]
+    for p in doc["platforms"]:
+        for n in names:
+            entry = p["dimensions"][n]
+            if entry["missing"]:
+                lines.append(f"missing: {p['name']} {doc['dimensions'][n]['label']}: {entry['reason']}")
+            elif entry.get("note"):
+                lines.append(f"note: {p['name']} {doc['dimensions'][n]['label']}: {entry['note']}")
+            price = entry["source"].get("price_source")
+            if price:
+                lines.append(f"price: {p['name']}: {entry['source']['usd_per_hour']:g} USD/hour ({price})")
+    lines.append(f"weights: {doc['weights_source']}; {doc['total_means']}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Score the platforms; 0 on success, 2 on bad input."""
+    dims, origin = load_weights(args.weights)
+    catalog = Catalog.load(args.catalog)
+    platforms = [parse_platform(text) for text in args.platforms]
+    names = [p.name for p in platforms]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
+    doc = score_platforms(platforms, dims, catalog, origin)
+    text = json.dumps(doc, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text if args.json else render(doc))
+    return 0

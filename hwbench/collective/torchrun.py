@@ -1,0 +1,56 @@
+"""What ``hwbench run`` does differently for AllReduce: ``--ranks``, and joining a torchrun world."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+
+from hwbench.collective.topology import joined_rank
+from hwbench.core.errors import UserError
+
+
+def follow_if_joined(args: argparse.Namespace) -> int | None:
+    """On a torchrun rank other than 0, take part in rank 0's run and return the exit status; else None."""
+    rank = joined_rank()
+    if rank is None:
+        return None
+    kernels = [k.strip() for k in (args.kernel or "").split(",") if k.strip()]
+    if kernels != ["allreduce"]:
+        raise UserError("under torchrun (RANK/WORLD_SIZE set) hwbench runs only AllReduce: add --kernel allreduce")
+    _exit_with_launcher()
+    if rank == 0:
+        return None
+    from hwbench.collective.rank import follow
+
+    return follow(args.timeout)
+
+
+def _exit_with_launcher() -> None:
+    """Leave at once if the launcher (torchrun's agent) dies: a rank never outlives it as an orphan."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="hwbench-launcher-watch", daemon=True).start()
+
+
+def set_ranks(shapes: dict[str, list[dict[str, int]]], ranks: int | None) -> dict[str, list[dict[str, int]]]:
+    """AllReduce shapes with ``ranks`` from ``--ranks`` (or the torchrun world's size)."""
+    if ranks is not None and ranks < 1:
+        raise UserError(f"--ranks must be a positive number of processes, got {ranks}")
+    if ranks is not None and "allreduce" not in shapes:
+        raise UserError("--ranks applies to AllReduce only: add --kernel allreduce")
+    if joined_rank() is not None:
+        world = int(os.environ["WORLD_SIZE"])
+        if ranks is not None and ranks != world:
+            raise UserError(f"--ranks {ranks} differs from torchrun's world of {world} ranks: drop --ranks")
+        ranks = world
+    if ranks is None or "allreduce" not in shapes:
+        return shapes
+    return {**shapes, "allreduce": [{**s, "ranks": ranks} for s in shapes["allreduce"]]}

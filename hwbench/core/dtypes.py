@@ -1,0 +1,103 @@
+"""The one dtype table: every element type hwbench knows, with its size and its name in each
+library (NumPy host storage, torch, LLVM IR, Triton), its unit roundoff and accumulator.
+
+Everything that maps a dtype name to something else reads it here. Importing this module
+imports NumPy only; torch and llvmlite types are looked up by name when asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type and its names elsewhere."""
+
+    name: str
+    bytes: int
+    #: NumPy dtype holding values of this type on the host (bf16 and tf32 widen to float32).
+    host: str
+    #: NumPy dtype of this type's device storage where NumPy has one (bf16: none).
+    device_numpy: str | None
+    #: ``torch.<name>`` of its device storage.
+    torch: str
+    #: llvmlite IR type of one element.
+    llvm: str
+    #: Triton pointer element type.
+    triton: str
+    #: Half an ulp at 1.0 of the significand the arithmetic keeps.
+    unit_roundoff: float
+    #: Dtype in which a kernel of this dtype is expected to accumulate.
+    accumulator: str
+
+
+TABLE: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("fp64", 8, "float64", "float64", "float64", "double", "fp64", 2.0**-53, "fp64"),
+        DType("fp32", 4, "float32", "float32", "float32", "float", "fp32", 2.0**-24, "fp32"),
+        DType("tf32", 4, "float32", "float32", "float32", "float", "fp32", 2.0**-11, "fp32"),
+        DType("fp16", 2, "float16", "float16", "float16", "half", "fp16", 2.0**-11, "fp32"),
+        DType("bf16", 2, "float32", None, "bfloat16", "bfloat", "bf16", 2.0**-8, "fp32"),
+    )
+}
+
+#: Bytes per element of every dtype hwbench knows.
+DTYPE_BYTES: dict[str, int] = {name: d.bytes for name, d in TABLE.items()}
+
+#: Unit roundoff (half an ulp at 1.0) of each dtype's significand.
+UNIT_ROUNDOFF: dict[str, float] = {name: d.unit_roundoff for name, d in TABLE.items()}
+
+
+def dtype(name: str) -> DType:
+    """The table entry of ``name``; KeyError names the known ones."""
+    try:
+        return TABLE[name]
+    except KeyError:
+        raise KeyError(f"unknown dtype {name!r}; known: {', '.join(TABLE)}") from None
+
+
+def storage_dtype(name: str) -> np.dtype[Any]:
+    """NumPy dtype that holds inputs of ``name`` on the host (bf16 and tf32 widen to float32)."""
+    return np.dtype(dtype(name).host)
+
+
+def device_numpy(name: str) -> np.dtype[Any]:
+    """NumPy dtype of a device buffer of ``name`` (ValueError for bf16, which NumPy lacks)."""
+    found = dtype(name).device_numpy
+    if found is None:
+        raise ValueError(f"NumPy has no {name} dtype")
+    return np.dtype(found)
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of device storage for ``name`` (tf32 is stored as fp32); imports torch."""
+    import torch
+
+    return getattr(torch, dtype(name).torch)
+
+
+def accumulator(name: str) -> str:
+    """Dtype in which a kernel of ``name`` is expected to accumulate."""
+    return dtype(name).accumulator
+
+
+def round_to_dtype(x: np.ndarray, name: str) -> np.ndarray:
+    """Round a float64 array to the values representable in ``name`` (returned as float64)."""
+    if name == "fp64":
+        return x
+    if name in ("fp32", "fp16"):
+        return x.astype(storage_dtype(name)).astype(np.float64)
+    # bf16 and tf32: truncate float32 significands to 7 or 10 bits, rounding to nearest even.
+    keep = 7 if name == "bf16" else 10
+    drop = 23 - keep
+    single = x.astype(np.float32)
+    bits = single.view(np.uint32).astype(np.uint64)
+    bias = ((bits >> np.uint64(drop)) & np.uint64(1)) + np.uint64((1 << (drop - 1)) - 1)
+    kept = ((bits + bias) >> np.uint64(drop)) << np.uint64(drop)
+    rounded = kept.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(single), single, rounded).astype(np.float64)  # NaN payloads must not carry

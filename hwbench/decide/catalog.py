@@ -1,0 +1,179 @@
+"""Device peaks and rental prices from ``hwbench/data/*.toml``, plus a user's own file.
+
+Every figure carries its source and date; a price-derived figure is never shown without
+its ``as_of``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hwbench.core.errors import UserError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass(frozen=True)
+class PriceQuote:
+    """USD per hour for one device, and where the figure comes from."""
+
+    usd_per_hour: float
+    source: str
+    as_of: str
+    basis: str
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """Datasheet peak of a catalog device for one dtype."""
+
+    key: str
+    tflops: float
+    source: str
+    as_of: str
+
+
+class Catalog:
+    """The shipped device and price tables, optionally extended by a user file."""
+
+    def __init__(self, devices: dict[str, dict[str, Any]], prices: list[dict[str, Any]]) -> None:
+        self.devices = devices
+        self.prices = prices
+
+    @classmethod
+    def load(cls, user_file: Path | None = None) -> Catalog:
+        """Shipped tables, then ``user_file`` (same layout: [devices.KEY] and [[prices]]) on top."""
+        data = resources.files("hwbench.decide.data")
+        devices = tomllib.loads(data.joinpath("devices.toml").read_text())["devices"]
+        prices = tomllib.loads(data.joinpath("prices.toml").read_text())["prices"]
+        if user_file is not None:
+            try:
+                extra = tomllib.loads(Path(user_file).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise UserError(f"cannot read catalog file {user_file}: {exc}") from None
+            check_user_catalog(extra, Path(user_file))
+            devices = {**devices, **extra.get("devices", {})}
+            mine = [_per_device({**row, "user_file": str(user_file)}) for row in extra.get("prices", [])]
+            prices = mine + prices  # the user's rows win ties
+        return cls(devices, prices)
+
+    def match(self, device_name: str) -> str | None:
+        """Catalog key of the device whose ``match`` strings occur in ``device_name``."""
+        best: tuple[int, str] | None = None
+        for key, entry in self.devices.items():
+            for pattern in entry.get("match", []):
+                # Whole-token match: "A10" must not match "A100", nor "L4" match "L40".
+                if re.search(rf"(?<![A-Za-z0-9]){re.escape(pattern)}(?![A-Za-z0-9])", device_name, re.IGNORECASE) and (
+                    best is None or len(pattern) > best[0]
+                ):
+                    best = (len(pattern), key)
+        return best[1] if best else None
+
+    def peak(self, key: str, dtype: str) -> DevicePeak | None:
+        """Datasheet dense peak for ``dtype`` (tf32 falls back to nothing, not to fp32)."""
+        entry = self.devices.get(key, {})
+        value = entry.get("peak_tflops", {}).get(dtype)
+        if value is None:
+            return None
+        return DevicePeak(key, float(value), entry.get("source", ""), str(entry.get("as_of", "")))
+
+    def price(self, key: str | None, instance: str | None = None) -> PriceQuote | None:
+        """Price per device-hour: the named instance's row, else the median on-demand offer."""
+        if instance:
+            rows = [
+                r
+                for r in self.prices
+                if r.get("instance") == instance and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)
+            ]
+            if not rows:
+                known = sorted(
+                    {
+                        r["instance"]
+                        for r in self.prices
+                        if r.get("instance") and ("usd_per_hour" in r or "usd_per_gpu_hour" in r)
+                    }
+                )
+                raise UserError(f"no price for instance '{instance}' in the catalog; known: {', '.join(known)}")
+            row = rows[0]
+            per_device = row.get("usd_per_gpu_hour") or row["usd_per_hour"] / row.get("gpus", 1)
+            return PriceQuote(
+                float(per_device),
+                row.get("source", ""),
+                str(row.get("as_of", "")),
+                f"{row.get('provider', '?')} {instance} ({row.get('pricing', '?')})",
+            )
+        if key is None:
+            return None
+        mine = [r for r in self.prices if r.get("device") == key and r.get("user_file") and r.get("usd_per_gpu_hour")]
+        rows = mine or [
+            r
+            for r in self.prices
+            if r.get("device") == key
+            and r.get("usd_per_gpu_hour")
+            and str(r.get("pricing", "")).startswith("on-demand")
+        ]
+        if not rows:
+            return None
+        value = statistics.median(float(r["usd_per_gpu_hour"]) for r in rows)
+        dates = sorted(str(r.get("as_of", "")) for r in rows)
+        providers = ", ".join(sorted({str(r.get("provider")) for r in rows}))
+        basis = (
+            f"median of {len(rows)} offers in {mine[0]['user_file']}"
+            if mine
+            else f"median of {len(rows)} on-demand offers"
+        )
+        return PriceQuote(value, f"catalog: {providers}", f"{dates[0]}..{dates[-1]}", basis)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _per_device(row: dict[str, Any]) -> dict[str, Any]:
+    """A user's price row with ``usd_per_gpu_hour`` filled from ``usd_per_hour / gpus``."""
+    if "usd_per_gpu_hour" not in row and row.get("device"):
+        row["usd_per_gpu_hour"] = row["usd_per_hour"] / row.get("gpus", 1)
+    return row
+
+
+def check_user_catalog(data: dict[str, Any], path: Path) -> None:
+    """UserError (one line) unless every device and price of a user's catalog has source and as_of."""
+    where = f"catalog file {path}"
+    extra = sorted(set(data) - {"devices", "prices", "meta"})
+    if extra:
+        raise UserError(f"{where}: unknown table '{extra[0]}'; a catalog has [devices.KEY] and [[prices]]")
+    for key, entry in (data.get("devices") or {}).items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: devices.{key} must be a table")
+        if not str(entry.get("source", "")).strip() or not str(entry.get("as_of", "")).strip():
+            raise UserError(f"{where}: devices.{key} needs source and as_of (where and when its figures come from)")
+        bad = [d for d, v in (entry.get("peak_tflops") or {}).items() if not _positive(v)]
+        if bad:
+            raise UserError(f"{where}: devices.{key}.peak_tflops.{bad[0]} must be a positive number")
+    for number, row in enumerate(data.get("prices") or [], 1):
+        what = f"{where}: price row {number}"
+        if not isinstance(row, dict) or not (row.get("device") or row.get("instance")):
+            raise UserError(f"{what} needs a device (catalog key) or an instance name")
+        if not str(row.get("source", "")).strip() or not str(row.get("as_of", "")).strip():
+            raise UserError(f"{what} needs source and as_of (where and when the price comes from)")
+        prices = [k for k in ("usd_per_hour", "usd_per_gpu_hour") if k in row]
+        if not prices or not all(_positive(row[k]) for k in prices):
+            raise UserError(f"{what} needs usd_per_hour or usd_per_gpu_hour, a positive number")
+        if "gpus" in row and (not isinstance(row["gpus"], int) or isinstance(row["gpus"], bool) or row["gpus"] < 1):
+            raise UserError(f"{what}: gpus must be a whole number of at least 1")
+
+
+def user_price(usd_per_hour: float) -> PriceQuote:
+    """A price given on the command line."""
+    if not usd_per_hour > 0:
+        raise UserError(f"--price-per-hour must be a positive number of USD, got {usd_per_hour}")
+    return PriceQuote(float(usd_per_hour), "--price-per-hour", "user", "given by the user")

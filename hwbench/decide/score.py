@@ -1,0 +1,246 @@
+"""Platform selection: each candidate's raw figure per dimension, its score, and the weighted total.
+
+A dimension without data is *missing*: it shows as missing with the reason, scores
+nothing, and its weight is not handed to the others. ``total`` is therefore a lower bound
+(missing dimensions count 0) and ``max_total`` the upper bound (missing dimensions count
+100); they are equal when the platform is complete. Platforms rank by ``total``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.decide.catalog import Catalog
+from hwbench.decide.platform import Platform
+from hwbench.decide.weights import Dimension
+from hwbench.results.checked import Loaded
+
+SIXTEEN_BIT = ("bf16", "fp16")
+ACCELERATOR_KINDS = ("gpu", "accelerator")
+#: The matrix's network figure is for this many nodes.
+MATRIX_RANKS = 8
+TOTAL_MEANS = (
+    "total = sum over the dimensions with data of weight x score / 100; a missing dimension adds 0 "
+    "(its weight is not redistributed), so total is a lower bound and max_total (missing = 100) "
+    "the upper bound; both are equal when nothing is missing"
+)
+
+
+@dataclass
+class Raw:
+    """A raw figure and where it comes from, or the reason it is missing."""
+
+    value: float | None
+    source: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    note: str = ""
+
+
+def _ok(loaded: Loaded, kernel: str) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, r) for i, r in loaded.records() if r["kernel"] == kernel and r["status"] == "ok"]
+
+
+def _record_source(loaded: Loaded, index: int, record: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "record": loaded.where(index),
+        "kernel": record["kernel"],
+        "impl": record["impl"],
+        "backend": record["backend"],
+        "device": record.get("device"),
+        "dtype": record.get("dtype"),
+        "shape": record["shape"],
+        **extra,
+    }
+
+
+def _price(platform: Platform, loaded: Loaded, record: dict[str, Any], catalog: Catalog) -> tuple[float, str] | None:
+    facts = platform.facts
+    if "usd_per_hour" in facts:
+        source = facts.get("price_source") or f"platform file {platform.platform_file}"
+        return facts["usd_per_hour"], source + (f", as of {facts['price_as_of']}" if facts.get("price_as_of") else "")
+    given = loaded.doc["run"].get("price")
+    if given:
+        return float(given["usd_per_hour"]), f"{given['basis']}; {given['source']}; as of {given['as_of']}"
+    key = catalog.match(record.get("device") or "")
+    quote = catalog.price(key) if key else None
+    if quote is None:
+        return None
+    return quote.usd_per_hour, f"catalog {key}: {quote.basis}; {quote.source}; as of {quote.as_of}"
+
+
+def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """Best achieved GEMM TFLOPS (16-bit on accelerators, fp32 on CPUs) per USD/hour of one device."""
+    rows = [
+        (f, i, r, f.device_kind(r)) for f in platform.results for i, r in _ok(f, "gemm") if r["metrics"].get("tflops")
+    ]
+    accel = [row for row in rows if row[3] in ACCELERATOR_KINDS]
+    if accel:
+        chosen = [row for row in accel if row[2]["dtype"] in SIXTEEN_BIT]
+        if not chosen:
+            dtypes = ", ".join(sorted({row[2]["dtype"] for row in accel}))
+            return Raw(
+                None,
+                reason=f"no ok bf16/fp16 GEMM record on the accelerator (only {dtypes}); "
+                "run hwbench run --kernel gemm --dtype bf16,fp16",
+            )
+    else:
+        chosen = [row for row in rows if row[2]["dtype"] == "fp32"]
+        if not chosen:
+            return Raw(None, reason="no ok GEMM record (fp32 on a CPU, bf16/fp16 on an accelerator)")
+    loaded, index, record, _ = max(chosen, key=lambda row: row[2]["metrics"]["tflops"])
+    tflops = float(record["metrics"]["tflops"])
+    price = _price(platform, loaded, record, catalog)
+    source = _record_source(loaded, index, record, tflops=tflops)
+    if price is None:
+        return Raw(
+            None,
+            source,
+            reason=f"no price for '{record.get('device')}': give usd_per_hour in a platform "
+            "file, or a --catalog file with its price",
+        )
+    source.update(usd_per_hour=price[0], price_source=price[1])
+    return Raw(tflops / price[0], source)
+
+
+def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """Small-message AllReduce latency (ms), as the run summary defines it: the best implementation's
+    slowest p50 over messages of at most ``max_message_bytes``, among the records with the most ranks."""
+    from hwbench.results.collectives import small_message_latency
+
+    limit = int(dim.options.get("max_message_bytes", 1024))
+    located = {id(record): (loaded, index) for loaded in platform.results for index, record in _ok(loaded, "allreduce")}
+    records = [record for loaded in platform.results for _, record in _ok(loaded, "allreduce")]
+    found = small_message_latency(records, limit)
+    if found is None:
+        return Raw(
+            None,
+            reason=f"no ok allreduce record with a message of at most {limit} bytes "
+            "(run hwbench run --kernel allreduce on the platform's nodes)",
+        )
+    p50, record = found
+    loaded, index = located[id(record)]
+    ranks = record["shape"].get("ranks", 1)
+    source = _record_source(
+        loaded,
+        index,
+        record,
+        ranks=ranks,
+        message_bytes=record["shape"]["count"] * DTYPE_BYTES[record["dtype"]],
+        p50_s=p50,
+    )
+    note = f"{ranks} ranks" + (f" (the matrix asks for {MATRIX_RANKS} nodes)" if ranks < MATRIX_RANKS else "")
+    return Raw(p50 * 1e3, source, note=note)
+
+
+def storage(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """Highest 4 KiB random-read IOPS among the storage probe records."""
+    rows = [
+        (r["metrics"]["iops"], f, i, r)
+        for f in platform.results
+        for i, r in _ok(f, "storage")
+        if r["metrics"].get("iops")
+    ]
+    if not rows:
+        return Raw(None, reason="no ok storage record (run hwbench probe storage --dir DIR on the shared file system)")
+    iops, loaded, index, record = max(rows, key=lambda row: row[0])
+    return Raw(float(iops), _record_source(loaded, index, record, dir=record.get("config", {}).get("dir")))
+
+
+def time_to_first_step(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """Median seconds from process start to the first GEMM step (accelerator records first)."""
+    warm = 1 if dim.options.get("cache", "cold") == "warm" else 0
+    rows = [
+        (f.device_kind(r) in ACCELERATOR_KINDS, -r["timing"]["median_s"], f, i, r)
+        for f in platform.results
+        for i, r in _ok(f, "startup")
+        if r["shape"].get("warm_cache") == warm
+    ]
+    if not rows:
+        return Raw(
+            None,
+            reason=f"no ok startup record with {'warm' if warm else 'cold'} compile caches (run hwbench probe startup)",
+        )
+    _, neg_median, loaded, index, record = max(rows, key=lambda row: row[:2])
+    source = _record_source(loaded, index, record, cache="warm" if warm else "cold", samples=record["timing"]["n"])
+    return Raw(-neg_median, source)
+
+
+def recovery(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """MTTR of a hardware fault in minutes, from the platform file."""
+    facts = platform.facts
+    if "mttr_minutes" not in facts:
+        where = f"platform file {platform.platform_file}" if platform.platform_file else "no platform file"
+        return Raw(None, reason=f"no mttr_minutes ({where}); give mttr_minutes and mttr_source in a platform file")
+    return Raw(
+        facts["mttr_minutes"], {"platform_file": str(platform.platform_file), "mttr_source": facts["mttr_source"]}
+    )
+
+
+FIGURES: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = {
+    "compute_density": compute_density,
+    "network": network,
+    "storage": storage,
+    "time_to_first_step": time_to_first_step,
+    "recovery": recovery,
+}
+
+
+def _best(dim: Dimension, values: list[float]) -> float | None:
+    if not values:
+        return None
+    return max(values) if dim.better == "higher" else min(values)
+
+
+def score_platforms(
+    platforms: list[Platform], dims: dict[str, Dimension], catalog: Catalog, weights_source: str = "default"
+) -> dict[str, Any]:
+    """The score document: the matrix, then each platform's dimensions, totals and rank."""
+    raws = {p.name: {name: FIGURES[name](p, dim, catalog) for name, dim in dims.items()} for p in platforms}
+    best = {
+        name: _best(dim, [v for v in (raws[p.name][name].value for p in platforms) if v is not None])
+        for name, dim in dims.items()
+    }
+    out: list[dict[str, Any]] = []
+    for platform in platforms:
+        dimensions, total, missing_weight = {}, 0.0, 0.0
+        for name, dim in dims.items():
+            raw = raws[platform.name][name]
+            entry: dict[str, Any] = {"raw": raw.value, "unit": dim.unit, "source": raw.source, "weight": dim.weight}
+            if raw.value is None:
+                entry.update(missing=True, reason=raw.reason, score=None, weighted=None)
+                missing_weight += dim.weight
+            else:
+                value = dim.score(raw.value, best[name])
+                entry.update(missing=False, score=value, weighted=dim.weight * value / 100.0)
+                total += entry["weighted"]
+            if raw.note:
+                entry["note"] = raw.note
+            dimensions[name] = entry
+        facts = platform.facts
+        out.append(
+            {
+                "name": platform.name,
+                "files": [str(f.path) for f in platform.results],
+                "platform_file": str(platform.platform_file) if platform.platform_file else None,
+                "sla_availability": facts.get("sla_availability"),
+                "notes": facts.get("notes"),
+                "total": total,
+                "max_total": total + missing_weight,
+                "covered_weight": sum(d.weight for d in dims.values()) - missing_weight,
+                "complete": missing_weight == 0,
+                "dimensions": dimensions,
+            }
+        )
+    out.sort(key=lambda p: (-p["total"], -p["covered_weight"], p["name"]))
+    for rank, entry in enumerate(out, 1):
+        entry["rank"] = rank
+    return {
+        "kind": "hwbench-score",
+        "weights_source": weights_source,
+        "dimensions": {name: dim.as_json() for name, dim in dims.items()},
+        "total_means": TOTAL_MEANS,
+        "platforms": out,
+    }

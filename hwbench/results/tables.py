@@ -1,0 +1,172 @@
+"""Terminal output: progress while running, and the results table (run end and ``show``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from hwbench.run.case import CaseRequest
+
+HEADERS = (
+    "backend",
+    "kernel",
+    "impl",
+    "dtype",
+    "shape",
+    "status",
+    "median",
+    "TFLOPS",
+    "GB/s",
+    "% peak",
+    "overhead",
+    "parity",
+)
+
+
+#: Short names for the table (the results file keeps the full ones).
+SHORT = {"batch": "B", "heads": "H", "seq_q": "Sq", "seq_k": "Sk", "head_dim": "D"}
+
+
+def _shape(shape: dict[str, int]) -> str:
+    return ",".join(f"{SHORT.get(k, k)}={v}" for k, v in shape.items()) or "-"
+
+
+def seconds(value: float | None) -> str:
+    """A duration with a readable unit (s, ms, us, ns); '-' for None."""
+    if value is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _parity(parity: dict[str, Any]) -> str:
+    if parity.get("passed") is None:
+        return "-"
+    if parity.get("exact"):
+        return "exact" if parity["passed"] else f"{parity.get('mismatches')} wrong"
+    err = parity.get("max_abs_err")
+    verdict = "ok" if parity["passed"] else "FAIL"
+    return f"{verdict} {err:.1e}" if err is not None else verdict
+
+
+def _noisy(record: dict[str, Any]) -> bool:
+    return any(w.startswith("noisy") for w in record.get("warnings", []))
+
+
+def row(record: dict[str, Any]) -> tuple[str, ...]:
+    """One table row of a record."""
+    m, t = record["metrics"], record["timing"]
+    overhead = m.get("porting_overhead")
+    return (
+        record["backend"],
+        record["kernel"],
+        record["impl"],
+        record.get("dtype") or "-",
+        _shape(record["shape"]),
+        record["status"],
+        seconds(t.get("median_s")) + ("~" if _noisy(record) else ""),
+        _num(m.get("tflops"), ".4g"),
+        _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
+        _num(m.get("pct_peak"), ".1f"),
+        "-" if overhead is None else f"{overhead:+.0%}",
+        _parity(record["parity"]),
+    )
+
+
+def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> str:
+    """Rows aligned under headers (numbers right-aligned)."""
+    rows = [headers, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
+    right = {"median", "TFLOPS", "GB/s", "% peak", "overhead"}
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [
+            c.rjust(w) if headers[i] in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """Header, results table and the reasons behind every record that is not ok."""
+    host, run = doc["host"], doc["run"]
+    blas = [b for b in doc.get("software", {}).get("blas", []) if "internal_api" in b]
+    lines = [
+        f"hwbench {run['hwbench']['version']}  run {run['id'][:8]}  {run['started']}"
+        + ("  (INCOMPLETE)" if run.get("incomplete") else ""),
+        f"host {host['hostname']}: {host['cpu']['model']}, {host['cpu']['cores']} cores",
+    ]
+    if blas:
+        lines.append(
+            "BLAS " + ", ".join(f"{b['internal_api']} {b['version']} ({b.get('architecture')} kernel)" for b in blas)
+        )
+    for backend in doc.get("backends", []):
+        state = (
+            ", ".join(d["name"] for d in backend["devices"])
+            if backend["available"]
+            else f"unavailable: {backend['reason']}"
+        )
+        lines.append(f"backend {backend['name']}: {state}")
+    lines += [f"warning: {w}" for w in doc.get("warnings", [])]
+    records = doc["records"]
+    cases = [r for r in records if r["impl"] != "*"]
+    lines += ["", table(row(r) for r in cases) if cases else "no cases ran"]
+    lines += _notes(records)
+    price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
+    if price:
+        lines.append(f"price: {price}")
+    return "\n".join(lines)
+
+
+def _notes(records: list[dict[str, Any]]) -> list[str]:
+    """Why each record is not ok (kernels that share a reason on one line), then timing notes."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    lines = []
+    for r in records:
+        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace(
+            "  ", " "
+        )
+        if r["impl"] == "*":
+            grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
+        elif r["status"] != "ok":
+            lines.append(f"{r['status']}: {what}: {r['reason']}")
+        lines += [f"note: {what}: {w}" for w in r.get("warnings", []) if not w.startswith("noisy")]
+    lines = [
+        f"{status}: {backend} {', '.join(kernels)}: {reason}" for (status, backend, reason), kernels in grouped.items()
+    ] + lines
+    noisy = sum(_noisy(r) for r in records)
+    if noisy:
+        lines.append(f"~ after a median: noisy, CV above 10 % ({noisy} records; each record's warnings give the CV)")
+    return [""] + lines if lines else []
+
+
+class ProgressLine:
+    """One line per finished case (a live counter on a terminal)."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+
+    def __call__(self, number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+        assert case is not None
+        what = f"[{number}/{total}] {case.backend} {case.kernel} {case.impl} {case.dtype} {_shape(case.shape)}"
+        if record is None:
+            if self.live:
+                self.stream.write(f"\r\033[K{what} ...")
+                self.stream.flush()
+            return
+        median = record["timing"].get("median_s")
+        result = record["status"] if median is None else f"ok {seconds(median)}"
+        if record["status"] != "ok":
+            result += f" ({record['reason'][:100]})"
+        self.stream.write(("\r\033[K" if self.live else "") + f"{what} {result}\n")
+        self.stream.flush()

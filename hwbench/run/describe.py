@@ -1,0 +1,66 @@
+"""Plain-data descriptions of backends and the host (answers of the worker's describe requests)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from hwbench.core.backend import DeviceInfo, Implementation
+from hwbench.core.host import host_info, settings, settings_warnings, software_info
+from hwbench.core.registry import get_backend, kernel_targets
+from hwbench.run.case import error_line
+
+
+def device_dict(device: DeviceInfo) -> dict[str, Any]:
+    """A device as it appears in results files."""
+    data = asdict(device)
+    data["libraries"] = dict(device.libraries)
+    data["extra"] = dict(device.extra)
+    if device.peak is not None:
+        data["peak"] = {
+            "tflops": dict(device.peak.tflops),
+            "method": device.peak.method,
+            "mem_gbps": device.peak.mem_gbps,
+        }
+    return data
+
+
+def impl_dict(impl: Implementation) -> dict[str, Any]:
+    """An implementation as ``hwbench list --json`` shows it."""
+    data = asdict(impl)
+    data["dtypes"] = list(impl.dtypes)
+    return data
+
+
+def describe_backend(name: str) -> dict[str, Any]:
+    """Availability, devices, software and implementations of one backend; never raises."""
+    backend = get_backend(name)
+    answer: dict[str, Any] = {
+        "name": name,
+        "description": backend.description,
+        "available": False,
+        "reason": "",
+        "devices": [],
+        "environment": {},
+        "implementations": {},
+    }
+    for kernel in kernel_targets():
+        answer["implementations"][kernel] = [impl_dict(i) for i in backend.implementations(kernel)]
+    availability = backend.probe()
+    answer["available"], answer["reason"] = availability.ok, availability.reason
+    if not availability.ok:
+        return answer
+    try:
+        answer["devices"] = [device_dict(d) for d in backend.devices()]
+        answer["environment"] = backend.environment()
+    except Exception as exc:
+        answer["available"], answer["reason"] = False, f"probe passed but listing devices failed: {error_line(exc)}"
+    if answer["available"] and not answer["devices"]:
+        answer["available"], answer["reason"] = False, "no devices found"
+    return answer
+
+
+def describe_host() -> dict[str, Any]:
+    """Host, software stack and settings, with warnings for number-changing settings."""
+    values = settings()
+    return {"host": host_info(), "software": software_info(), "settings": values, "warnings": settings_warnings(values)}

@@ -1,0 +1,252 @@
+"""The one place where kernel x backend x implementation x shape x dtype meet.
+
+The runner asks the worker to describe each backend, lays out the matrix of cases, runs
+each in the worker (one record per case, whatever happens), derives the metrics, and
+returns the results document. Ctrl-C returns the records finished so far, marked
+incomplete.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hwbench.core.host import hwbench_info
+from hwbench.results.derive import add_metrics
+from hwbench.results.files import KIND, SCHEMA_VERSION
+from hwbench.run.case import CaseRequest, base_record, failed
+from hwbench.run.timing import TimingConfig
+from hwbench.run.worker import Worker, WorkerDied
+
+
+@dataclass
+class Plan:
+    """What the user asked to run."""
+
+    backends: list[str]
+    kernels: list[str]
+    profile: str = "quick"
+    shapes: dict[str, list[dict[str, int]]] = field(default_factory=dict)
+    dtypes: list[str] | None = None
+    impls: list[str] | None = None
+    devices: dict[str, list[int]] | None = None  # backend -> device indices; None: all
+    seed: int = 0
+    timeout_s: float = 300.0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    price: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[dict[str, Any]]:
+    """Describe each backend in the worker; a probe that crashes or hangs makes it unavailable."""
+    described = []
+    for name in names:
+        try:
+            answer = worker.request({"op": "describe", "backend": name}, timeout)
+            if "error" in answer:
+                answer = {
+                    "name": name,
+                    "available": False,
+                    "reason": f"probe failed: {answer['error']}",
+                    "devices": [],
+                    "implementations": {},
+                }
+        except WorkerDied as died:
+            answer = {
+                "name": name,
+                "available": False,
+                "reason": f"probe {died.status}: {died.reason}",
+                "devices": [],
+                "implementations": {},
+            }
+        described.append(answer)
+    return described
+
+
+def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wanted: list[str] | None) -> list[str]:
+    if wanted:
+        return list(wanted)
+    offered = {d for impl in impls for d in impl["dtypes"]}
+    return [d for d in kernel_dtypes if d in offered]
+
+
+def plan_cases(
+    plan: Plan,
+    backends: list[dict[str, Any]],
+    kernel_dtypes: Mapping[str, tuple[str, ...]],
+    shapes: Mapping[str, list[dict[str, int]]],
+) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
+    """Cases to run, and records for what cannot run at all (with the reason)."""
+    cases: list[CaseRequest] = []
+    skipped: list[dict[str, Any]] = []
+    timing = asdict(plan.timing)
+    for backend in backends:
+        name = backend["name"]
+        for kernel in plan.kernels:
+            if not backend["available"]:
+                stub = CaseRequest(kernel, "*", name, -1, "", {})
+                skipped.append(
+                    failed(base_record(stub, None, None), "skipped", f"backend {name} unavailable: {backend['reason']}")
+                )
+                continue
+            impls = [
+                i for i in backend["implementations"].get(kernel, []) if plan.impls is None or i["name"] in plan.impls
+            ]
+            if not impls:
+                stub = CaseRequest(kernel, "*", name, -1, "", {})
+                what = "the selected implementations" if plan.impls else "implementation"
+                skipped.append(failed(base_record(stub, None, None), "skipped", f"{name} has no {what} of {kernel}"))
+                continue
+            indices = [d["index"] for d in backend["devices"]]
+            if plan.devices and name in plan.devices:
+                for absent in sorted(set(plan.devices[name]) - set(indices)):
+                    stub = CaseRequest(kernel, "*", name, absent, "", {})
+                    skipped.append(
+                        failed(
+                            base_record(stub, None, None),
+                            "skipped",
+                            f"{name} has no device {absent} (its devices: {', '.join(f'{name}:{i}' for i in indices)})",
+                        )
+                    )
+                indices = [i for i in indices if i in plan.devices[name]]
+            for index in indices:
+                for shape in shapes[kernel]:
+                    for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
+                        for impl in impls:
+                            cases.append(
+                                CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
+                            )
+    return cases, skipped
+
+
+def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
+    """Device name and implementation kind for a record the worker could not write itself."""
+    for backend in backends:
+        if backend["name"] != record["backend"]:
+            continue
+        impl = next(
+            (i for i in backend["implementations"].get(record["kernel"], []) if i["name"] == record["impl"]), None
+        )
+        device = next((d for d in backend["devices"] if d["index"] == record["device_index"]), None)
+        if impl:
+            record["impl_kind"], record["language"] = impl["kind"], impl["language"]
+        if device:
+            record["device"] = device["name"]
+    return record
+
+
+def run_cases(
+    cases: list[CaseRequest],
+    worker: Worker,
+    timeout: float,
+    progress: Progress | None = None,
+    backends: list[dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Run every case; returns the records and whether the run was interrupted."""
+    records: list[dict[str, Any]] = []
+    try:
+        for number, case in enumerate(cases, 1):
+            if progress:
+                progress(number, len(cases), None, case)
+            try:
+                answer = worker.request({"op": "case", "case": asdict(case)}, timeout)
+                record = answer.get("record") or failed(
+                    base_record(case, None, None), "runtime_error", f"worker error: {answer.get('error')}"
+                )
+            except WorkerDied as died:
+                record = failed(base_record(case, None, None), died.status, died.reason)
+            if record["device"] is None and backends:
+                record = fill_coordinates(record, backends)
+            records.append(record)
+            if progress:
+                progress(number, len(cases), record, case)
+    except KeyboardInterrupt:
+        worker.kill()
+        return records, True
+    return records, False
+
+
+def execute(
+    plan: Plan,
+    kernel_dtypes: Mapping[str, tuple[str, ...]],
+    shapes: Mapping[str, list[dict[str, int]]],
+    progress: Progress | None = None,
+    worker: Worker | None = None,
+) -> dict[str, Any]:
+    """Run ``plan`` and return the results document (complete or marked incomplete)."""
+    started = _now()
+    own_worker = worker is None
+    worker = worker or Worker()
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run": {
+            "id": uuid.uuid4().hex,
+            "started": started,
+            "finished": None,
+            "incomplete": True,
+            "command": plan.command or list(sys.argv),
+            "profile": plan.profile,
+            "seed": plan.seed,
+            "timeout_s": plan.timeout_s,
+            "timing": asdict(plan.timing),
+            "price": plan.price,
+            "hwbench": hwbench_info(),
+        },
+        "host": {"hostname": "unknown", "os": "unknown", "cpu": {"model": "unknown", "cores": 0}},
+        "software": {},
+        "settings": {},
+        "warnings": [],
+        "backends": [],
+        "records": [],
+    }
+    cases: list[CaseRequest] = []
+    records: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        try:
+            host = worker.request({"op": "host"}, plan.timeout_s)
+            doc.update({k: host[k] for k in ("host", "software", "settings")})
+            doc["warnings"] = list(host.get("warnings", []))
+        except WorkerDied as died:
+            doc["warnings"].append(f"host description failed: {died.reason}")
+        backends = describe_all(worker, plan.backends, plan.timeout_s)
+        doc["backends"] = [
+            {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
+        ]
+        cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
+        collective = [c for c in cases if c.kernel == "allreduce"]  # spans N processes: its own path
+        cases = [c for c in cases if c.kernel != "allreduce"]
+        records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
+        if collective and not interrupted:
+            from hwbench.collective.run import run_collective
+
+            more, interrupted, doc["collective"] = run_collective(
+                collective, backends, plan.timeout_s, progress, plan.dtypes
+            )
+            records += more
+    except KeyboardInterrupt:
+        worker.kill()
+        interrupted = True
+    finally:
+        if own_worker:
+            worker.kill()
+    doc["records"] = records + skipped
+    add_metrics(doc)
+    doc["run"]["finished"] = _now()
+    doc["run"]["incomplete"] = interrupted
+    if interrupted:
+        doc["warnings"].append(f"interrupted: {len(records)} of {len(cases)} planned cases finished")
+    return doc

@@ -1,0 +1,199 @@
+"""Cases run in a child process, so a segfault, abort or hang is a record, not the end.
+
+The parent talks to one long-lived child over pipes (JSON lines); the child answers on a
+dedicated file descriptor, so whatever a driver prints cannot corrupt the protocol. When
+the child dies or a request outlives its timeout, the parent kills the child's whole
+process group, turns the request into a ``crashed`` or ``timeout`` answer, and starts a
+fresh child for the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+#: Exit code a child uses for "asked to stop".
+_CLEAN_EXIT = 0
+
+
+class WorkerDied(Exception):
+    """The child ended or was killed before answering; ``status`` is crashed or timeout."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Worker:
+    """Parent-side handle of one child process; restarts it after a crash or timeout."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self._env = env
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._answers: int | None = None
+        self._stderr: Any = None
+        self._buffer = b""
+
+    def _start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self._stderr = tempfile.TemporaryFile()
+        env = dict(os.environ if self._env is None else self._env, PYTHONUNBUFFERED="1")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "hwbench.run.worker", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            env=env,
+        )
+        os.close(write_fd)
+        self._answers = read_fd
+        self._buffer = b""
+
+    def request(self, message: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send one request and wait for its answer; WorkerDied on crash or timeout."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            self._start()
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child is already gone: reading its answer reports how it died
+        return self._read_answer(timeout)
+
+    def _read_answer(self, timeout: float | None) -> dict[str, Any]:
+        assert self._answers is not None and self._proc is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                self.kill()
+                raise WorkerDied("timeout", f"no result within the {timeout:g} s timeout; the worker was killed")
+            ready, _, _ = select.select([self._answers], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._answers, 1 << 20)
+            if not chunk:
+                raise WorkerDied("crashed", self._death_reason())
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _death_reason(self) -> str:
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self._proc.returncode
+        how = f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited with code {code}"
+        tail = self._stderr_tail()
+        self.close()
+        return f"the worker process {how}" + (f"; last output: {tail}" if tail else "")
+
+    def _stderr_tail(self, limit: int = 400) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - 4096))
+        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln.strip()]
+        return " | ".join(lines[-3:])[-limit:]
+
+    def kill(self) -> None:
+        """Kill the child and everything it started."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        """Ask the child to exit (killing it if it does not) and release the pipes."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.write(b'{"op": "exit"}\n')
+                    proc.stdin.close()
+                    proc.wait(timeout=5)
+                except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait()
+            elif proc.stdin is not None:
+                proc.stdin.close()
+        if self._answers is not None:
+            os.close(self._answers)
+            self._answers = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
+    """Answer one request inside the child."""
+    from hwbench.run.case import CaseRequest, error_line
+    from hwbench.run.describe import describe_backend, describe_host
+
+    op = message.get("op")
+    try:
+        if op == "describe":
+            return describe_backend(message["backend"])
+        if op == "host":
+            return describe_host()
+        if op == "case":
+            return {"record": runner.run(CaseRequest(**message["case"]))}
+    except Exception as exc:  # an unexpected failure is an answer, not a dead worker
+        return {"error": error_line(exc)}
+    return {"error": f"unknown request {op!r}"}
+
+
+def main(argv: list[str]) -> int:
+    """Child entry point: read requests on stdin, answer on the fd named in argv."""
+    from hwbench.run.case import CaseRunner
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C
+    answers = os.fdopen(int(argv[0]), "wb", buffering=0)
+    runner = CaseRunner()
+    for line in sys.stdin.buffer:
+        message = json.loads(line)
+        if message.get("op") == "exit":
+            break
+        from hwbench.results.files import finite
+
+        answers.write(json.dumps(finite(_handle(message, runner)), allow_nan=False).encode() + b"\n")
+    return _CLEAN_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
