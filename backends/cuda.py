@@ -1,9 +1,8 @@
 """NVIDIA GPUs through torch's CUDA build.
 
-Natives: ``torch.matmul`` (cuBLAS / cuBLASLt), ``scaled_dot_product_attention`` (the SDPA
-backend that ran is recorded) and, where CuPy is installed, ``cupy.matmul`` as a second
-native GEMM. Portable: Triton kernels, and the llvmlite kernels lowered to PTX and loaded
-through CuPy (``cuModuleLoadData`` on the PTX, JIT-assembled by the driver).
+Natives are the kernel folders' (``torch.matmul`` on cuBLAS/cuBLASLt, SDPA, ``cupy.matmul``).
+Portable: Triton kernels, and the llvmlite kernels lowered to PTX and loaded through CuPy
+(``cuModuleLoadData`` on the PTX, JIT-assembled by the driver).
 """
 
 from __future__ import annotations
@@ -11,15 +10,15 @@ from __future__ import annotations
 import ctypes
 import re
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hwbench.backends._probe import missing_modules
-from hwbench.backends.torch_gpu import TorchGPUBackend, TorchPrepared
-from hwbench.core.backend import DeviceInfo, Implementation, Prepared
+from hwbench.backends.torch_gpu import TorchGPUBackend
+from hwbench.core.backend import DeviceInfo, present
+from hwbench.core.host import package_version
 
 
 def _nvidia_smi(index: int, fields: str) -> list[str]:
@@ -74,7 +73,7 @@ class CUDABackend(TorchGPUBackend):
     flavor = "cuda"
     vendor = "NVIDIA"
     event_name = "cuda_event"
-    blas_name = "cuBLAS"
+    lowering = {"llvmlite": "lowered to PTX, one program per GPU thread"}
 
     def driver_version(self) -> str:
         try:
@@ -104,53 +103,17 @@ class CUDABackend(TorchGPUBackend):
         libs["cuda_runtime"] = str(torch.version.cuda)
         libs["cublas"] = cublas_version()
         libs["cudnn"] = str(torch.backends.cudnn.version() or "")
-        if not missing_modules("cupy"):
-            from hwbench.core.host import package_version
-
+        if present("cupy"):
             libs["cupy"] = package_version("cupy") or package_version("cupy-cuda12x") or "installed"
         return {k: v for k, v in libs.items() if v}
 
-    def native_impls(self, kernel: str) -> list[Implementation]:
-        natives = super().native_impls(kernel)
-        if kernel == "gemm":
-            natives.append(
-                Implementation(
-                    "gemm", "cupy_matmul", "native", "cupy", "cupy.matmul on cuBLAS", ("fp16", "fp32", "fp64")
-                )
-            )
-        return natives
-
-    def supports(self, impl: Implementation, dtype: str, device: DeviceInfo):
-        from hwbench.core.backend import Availability
-
-        if impl.name == "cupy_matmul" and missing_modules("cupy"):
-            return Availability(False, "CuPy is not installed (pip install cupy-cuda12x)")
-        return super().supports(impl, dtype, device)
-
     def loader_missing(self) -> str:
-        if missing_modules("cupy"):
+        if not present("cupy"):
             return "loading llvmlite PTX needs CuPy (pip install cupy-cuda12x)"
         return ""
 
     def loader_name(self) -> str:
         return "cupy"
-
-    def prepare_native(self, impl: Implementation, t: dict[str, Any], shape: Mapping[str, int], dtype: str) -> Prepared:
-        if impl.name != "cupy_matmul":
-            return super().prepare_native(impl, t, shape, dtype)
-        import cupy
-        import torch
-
-        a, b = cupy.from_dlpack(t["A"]), cupy.from_dlpack(t["B"])
-        out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
-        c = cupy.from_dlpack(out)
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-
-        def call() -> None:
-            with stream:
-                cupy.matmul(a, b, out=c)
-
-        return TorchPrepared(call, out, {"library": f"cupy {cupy.__version__} (cuBLAS)"})
 
     def load_binary(self, binary: Any, device: DeviceInfo) -> Callable[..., None]:
         import cupy
@@ -173,9 +136,7 @@ class CUDABackend(TorchGPUBackend):
 def _cupy_arg(value: Any, kind: str) -> Any:
     if kind == "ptr":
         return np.uint64(value.data_ptr())
-    if kind == "i64":
-        return np.int64(value)
-    return np.float32(value) if kind == "fp32" else np.float64(value)
+    return {"i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}[kind](value)
 
 
 def _scratch_dir() -> str:

@@ -1,157 +1,40 @@
 """OpenCL devices through pyopencl: PoCL on any CPU, vendor drivers on GPUs and accelerators.
 
-Portable implementations: ``opencl`` (OpenCL C beside each kernel's spec, tile sizes
-chosen per device) and ``llvm`` (the CPU backend's llvmlite kernels lowered to SPIR-V,
-for devices whose ``CL_DEVICE_IL_VERSION`` takes SPIR-V). Native GEMM: CLBlast through
-pyclblast. Every call is timed with OpenCL profiling events.
+Languages: OpenCL C (each kernel's ``opencl.cl``, launched as its ``opencl.py`` bindings say
+for the device's kind and vector lanes) and llvmlite (the same sources as the CPU's, lowered
+to SPIR-V for devices whose ``CL_DEVICE_IL_VERSION`` takes it). Every call is timed with
+OpenCL profiling events (:mod:`.opencl_device`).
+
+Natives on ``opencl`` are called as ``fn(queue, buffers, out, shape, dtype)`` with the
+profiling queue, the inputs as device buffers and an output buffer, and return
+``(enqueue, config)``: ``enqueue()`` enqueues the work and returns its first and last events.
 """
 
 from __future__ import annotations
 
-import math
+import importlib
 import re
-import time
 from collections.abc import Callable, Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hwbench.backends._probe import missing_modules
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer
+from hwbench.backends import opencl_device as launcher
+from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildError
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
+from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
+from hwbench.core.loading import load
+from hwbench.core.registry import get_backend
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
-_C_DTYPES = ("fp32", "fp64", "fp16")
 _NEEDS_EXT = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
-_LAST: dict[int, tuple[Any, Any]] = {}  # device index -> (first, last) event of the latest run
 
 
-class OpenCLBuildError(RuntimeError):
-    """A program the OpenCL compiler rejected; the message is the build log's first error line."""
-
-
-def first_error_line(log: str) -> str:
-    """The first line of a build log that names an error (else its first non-empty line)."""
-    lines = [re.sub(r"\S*?([\w-]+)\.cl:", "program.cl:", ln.strip()) for ln in log.splitlines() if ln.strip()]
-    return next((ln for ln in lines if re.search(r"\berror\b", ln, re.I)), lines[0] if lines else "build failed")
-
-
-def _read(package: str, name: str, fallback: Path) -> str:
-    try:
-        from importlib.resources import files
-
-        return files(package).joinpath(name).read_text()
-    except (ModuleNotFoundError, FileNotFoundError):
-        return fallback.read_text()
-
-
-def _source(kernel: str) -> str:
-    """``kernels/<kernel>/opencl.cl`` behind the shared element-type prelude; ``#line 1`` keeps
-    the build log's line numbers those of the kernel's own file."""
-    prelude = _read("hwbench.kernels", "opencl_dtypes.cl", KERNELS_DIR / "opencl_dtypes.cl")
-    body = _read(f"hwbench.kernels.{kernel}", "opencl.cl", KERNELS_DIR / kernel / "opencl.cl")
-    return f"{prelude}\n#line 1\n{body}"
-
-
-def _lanes(device: DeviceInfo, dtype: str) -> int:
+def lanes(device: DeviceInfo, dtype: str) -> int:
     """Vector lanes for ``dtype`` arithmetic (fp16 computes in fp32), a power of two <= 16."""
     width = device.extra.get("native_vector_width", {}).get("fp64" if dtype == "fp64" else "fp32", 1) or 1
     return max(1, min(16, 1 << (int(width).bit_length() - 1)))
-
-
-def gemm_tiles(device: DeviceInfo, dtype: str) -> dict[str, int]:
-    """Register tile for the OpenCL C GEMM on ``device`` (measured on PoCL/AVX-512; GPU values are a start)."""
-    vw = _lanes(device, dtype)
-    if device.kind == "cpu":  # one work-item is a CPU microkernel: 32 vector registers on AVX-512
-        return {"VW": vw, "TM": 12 if vw >= 8 else 6, "TNV": 2, "WG0": 1}
-    return {"VW": min(vw, 4), "TM": 4, "TNV": 1, "WG0": 64}
-
-
-def attention_tiles(device: DeviceInfo, dtype: str, head_dim: int) -> dict[str, int]:
-    """Query/key blocking for the OpenCL C attention on ``device``."""
-    vw = _lanes(device, dtype)
-    if device.kind == "cpu":
-        return {"HD": head_dim, "VW": vw, "QV": 1, "BK": 16, "WG0": 1}
-    return {"HD": head_dim, "VW": min(vw, 4), "QV": 1, "BK": 8, "WG0": 64}
-
-
-class _Launch(Prepared):
-    """Work on one device's queue: ``run`` enqueues, waits, and leaves its events for the timer."""
-
-    def __init__(
-        self,
-        state: _DeviceState,
-        enqueue: Callable[[], tuple[Any, Any]],
-        out: Any,
-        shape: tuple[int, ...],
-        np_dtype: Any,
-        config: Mapping[str, Any],
-        compile_s: float,
-        keepalive: tuple[Any, ...] = (),
-    ) -> None:
-        self._state, self._enqueue, self._out = state, enqueue, out
-        self._shape, self._dtype, self._keep = shape, np_dtype, keepalive
-        self.config, self.compile_s = dict(config), compile_s
-
-    def run(self) -> None:
-        first, last = self._enqueue()
-        last.wait()
-        _LAST[self._state.index] = (first, last)
-
-    def result(self) -> np.ndarray:
-        import pyopencl as cl
-
-        host = np.empty(self._shape, dtype=self._dtype)
-        cl.enqueue_copy(self._state.queue, host, self._out)
-        return host
-
-
-class EventTimer(Timer):
-    """Device time of the latest run: the last event's end minus the first event's start."""
-
-    name = "opencl-profiling-events"
-
-    def __init__(self, device: DeviceInfo) -> None:
-        self._index = device.index
-        self.resolution_s = float(device.extra.get("timer_resolution_ns") or 1) * 1e-9
-
-    def time(self, fn: Callable[[], None]) -> float:
-        fn()
-        first, last = _LAST[self._index]
-        return max(last.profile.end - first.profile.start, 0) * 1e-9
-
-
-class _DeviceState:
-    """Context, profiling queue and built programs of one device (kept for the process)."""
-
-    def __init__(self, index: int, device: Any) -> None:
-        import pyopencl as cl
-
-        self.index, self.device = index, device
-        self.context = cl.Context([device])
-        self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        self.programs: dict[Any, tuple[Any, float]] = {}
-
-    def program(self, key: Any, build: Callable[[], Any]) -> tuple[Any, float, bool]:
-        """A built program for ``key`` (built now, timed, on first use)."""
-        if key not in self.programs:
-            t0 = time.perf_counter()
-            self.programs[key] = (build(), time.perf_counter() - t0)
-            return self.programs[key][0], self.programs[key][1], True
-        return self.programs[key][0], 0.0, False
-
-    def buffer(self, array: np.ndarray) -> Any:
-        import pyopencl as cl
-
-        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        return cl.Buffer(self.context, flags, hostbuf=np.ascontiguousarray(array))
-
-    def output(self, nbytes: int) -> Any:
-        import pyopencl as cl
-
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
 
 
 def _cl_devices() -> list[tuple[Any, Any]]:
@@ -183,13 +66,15 @@ class OpenCLBackend(Backend):
     name = "opencl"
     description = "OpenCL devices through pyopencl: OpenCL C and llvmlite SPIR-V kernels vs CLBlast"
 
+    languages = ("opencl-c", "llvmlite")
+    lowering = {"llvmlite": "the cpu backend's source lowered to SPIR-V"}
+
     def __init__(self) -> None:
-        self._states: dict[int, _DeviceState] = {}
+        self._states: dict[int, DeviceState] = {}
         self._devices: list[DeviceInfo] | None = None
-        self._flush_buffer: Any = None
 
     def probe(self) -> Availability:
-        if missing_modules("pyopencl"):
+        if not present("pyopencl"):
             return Availability(False, "pyopencl is not installed (pip install 'hwbench[opencl]')")
         try:
             platforms = _cl_devices()
@@ -257,41 +142,11 @@ class OpenCLBackend(Backend):
     @staticmethod
     def _host_peak() -> Peak | None:
         """A CPU OpenCL device runs on the host's cores: its peak is the cpu backend's measured one."""
-        from hwbench.core.registry import get_backend
-
         try:
             own = get_backend("cpu").devices()[0].peak
         except Exception:  # a peak we cannot measure stays missing
             return None
         return Peak(own.tflops, f"host CPU, as the cpu backend measures it: {own.method}") if own else None
-
-    def implementations(self, kernel: str) -> list[Implementation]:
-        if kernel not in ("gemm", "attention"):
-            return []
-        impls = []
-        if kernel == "gemm":
-            impls.append(
-                Implementation(
-                    "gemm", "clblast", "native", "clblast", "CLBlast xGEMM through pyclblast", ("fp32", "fp64", "fp16")
-                )
-            )
-        what = (
-            "register-blocked vector tiles, one tile per work-item"
-            if kernel == "gemm"
-            else "flash attention with online softmax, query rows in vector lanes"
-        )
-        impls.append(Implementation(kernel, "opencl", "portable", "opencl-c", f"OpenCL C: {what}", _C_DTYPES))
-        impls.append(
-            Implementation(
-                kernel,
-                "llvm",
-                "portable",
-                "llvmlite",
-                "the cpu backend's llvmlite kernel lowered to SPIR-V",
-                ("fp32", "fp64"),
-            )
-        )
-        return impls
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         base = super().supports(impl, dtype, device)
@@ -300,21 +155,15 @@ class OpenCLBackend(Backend):
         extension = _NEEDS_EXT.get(dtype)
         if extension and extension not in device.extra.get("extensions", []):
             return Availability(False, f"{device.name} lacks {extension}, so no {dtype}")
-        if impl.name == "clblast" and missing_modules("pyclblast"):
-            return Availability(
-                False,
-                "pyclblast is not installed (pip install 'hwbench[clblast]'; "
-                "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)",
-            )
-        if impl.name == "llvm":
+        if impl.language == "llvmlite":
             return self._spirv_support(impl.kernel, dtype, device)
         return Availability(True)
 
     def _spirv_support(self, kernel: str, dtype: str, device: DeviceInfo) -> Availability:
-        if missing_modules("llvmlite"):
+        if not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
         try:
-            size = len(_spirv(kernel, dtype, _lanes(device, "fp32")).binary)
+            size = len(_spirv(kernel, dtype, lanes(device, "fp32")).binary)
         except RuntimeError as exc:
             return Availability(False, f"SPIR-V lowering failed: {' '.join(str(exc).split())[:300]}")
         built = f"the SPIR-V {'.'.join(map(str, SPIRV_VERSION))} module builds ({size} bytes)"
@@ -327,9 +176,9 @@ class OpenCLBackend(Backend):
             )
         return Availability(True)
 
-    def _state(self, device: DeviceInfo) -> _DeviceState:
+    def _state(self, device: DeviceInfo) -> DeviceState:
         if device.index not in self._states:
-            self._states[device.index] = _DeviceState(device.index, _cl_devices()[device.index][1])
+            self._states[device.index] = DeviceState(_cl_devices()[device.index][1])
         return self._states[device.index]
 
     def prepare(
@@ -341,51 +190,66 @@ class OpenCLBackend(Backend):
         dtype: str,
         device: DeviceInfo,
     ) -> Prepared:
-        from hwbench.backends import opencl_launch as launch
-
         state = self._state(device)
-        if impl.name == "opencl":
-            return launch.opencl_c(state, impl.kernel, inputs, shape, dtype, device)
-        if impl.name == "clblast":
-            return launch.clblast(state, inputs, shape, dtype)
-        if impl.name == "llvm":
-            return launch.spirv(
-                state, impl.kernel, inputs, shape, dtype, _spirv(impl.kernel, dtype, _lanes(device, "fp32"))
-            )
-        raise ValueError(f"opencl has no implementation {impl.name}")
+        if impl.kind == "native":
+            return launcher.native(state, load(impl.entry), inputs, kernel.output_shape(shape), shape, dtype)  # type: ignore[arg-type]
+        source = importlib.import_module(impl.entry)
+        if impl.language == "opencl-c":
+            plan = source.launch(shape, dtype, device.kind, lanes(device, dtype))
+            program, compile_s = launcher.build_opencl_c(state, kernel.package, source.SOURCE, dtype, plan.defines)
+            return launcher.launch(state, program, plan, inputs, dtype, compile_s)
+        return self._spirv_case(state, kernel, source, inputs, shape, dtype, device)
+
+    def _spirv_case(
+        self,
+        state: DeviceState,
+        kernel: Kernel,
+        source: Any,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        device: DeviceInfo,
+    ) -> Prepared:
+        """The llvmlite source lowered to SPIR-V: one program per work-group, each with a slice of
+        a global workspace (its packed panels exceed local memory)."""
+        # The SPIR-V target imports llvmlite, which is optional (supports() checked it is here).
+        from hwbench.kernels.llvmir.spirv import SPIRVTarget
+
+        width = lanes(device, "fp32")
+        module = _spirv(kernel.name, dtype, width)
+        program, compile_s = launcher.build_spirv(state, module, kernel.name, dtype)
+        plan = source.launch(shape, dtype, SPIRVTarget(width))
+        stride = module.workspace_bytes
+        workspace = state.output(stride * max(plan.programs, 1))
+        config = {
+            **plan.config,
+            "target": module.target,
+            "spirv_bytes": len(module.binary),
+            "workspace_bytes": stride,
+            "grid": list(plan.grid),
+        }
+        head = (workspace, np.int64(stride))
+        return launcher.launch(state, program, plan, inputs, dtype, compile_s + module.compile_s, head, config)
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         return (OpenCLBuildError,)
 
     def timer(self, device: DeviceInfo) -> Timer:
-        return EventTimer(device)
+        return EventTimer(self._state(device), device.extra.get("timer_resolution_ns"))
 
     def flush(self, device: DeviceInfo) -> Callable[[], None] | None:
         if device.kind == "cpu":  # the device's caches are the host's: evict them as the cpu backend does
-            from hwbench.backends.cpu import _llc_bytes
-
-            nbytes = 2 * _llc_bytes()
-            if self._flush_buffer is None or self._flush_buffer.nbytes != nbytes:
-                self._flush_buffer = np.zeros(nbytes // 8)
-            buffer = self._flush_buffer
-
-            def evict() -> None:
-                np.add(buffer, 1.0, out=buffer)  # read and write every line
-
-            return evict
+            host = get_backend("cpu")
+            return host.flush(host.devices()[0])
         state = self._state(device)
         scratch = state.output(2 * int(device.extra.get("global_mem_cache_bytes") or 2**25))
 
         def flush() -> None:
-            import pyopencl as cl
-
-            cl.enqueue_fill_buffer(state.queue, scratch, np.uint32(0), 0, scratch.size).wait()
+            state.zero(scratch).wait()
 
         return flush
 
     def environment(self) -> dict[str, Any]:
-        from hwbench.core.host import package_version
-
         env: dict[str, Any] = {"pyopencl": package_version("pyopencl"), "pyclblast": package_version("pyclblast")}
         try:
             env["platforms"] = sorted({f"{p.name} ({p.version})" for p, _ in _cl_devices()})
@@ -395,12 +259,9 @@ class OpenCLBackend(Backend):
 
 
 @cache
-def _spirv(kernel: str, dtype: str, lanes: int) -> Any:
+def _spirv(kernel: str, dtype: str, width: int) -> Any:
+    """``kernel``'s llvmlite source as a SPIR-V module for ``width`` fp32 lanes (built once per process)."""
+    # The SPIR-V lowering imports llvmlite, which is optional (callers checked it is here).
     from hwbench.kernels.llvmir.spirv import build_spirv
 
-    return build_spirv(kernel, dtype, lanes)
-
-
-def scale_log2e(head_dim: int) -> float:
-    """Q's prescale for the exp2-based softmax: log2(e) / sqrt(head_dim)."""
-    return math.log2(math.e) / math.sqrt(head_dim)
+    return build_spirv(kernel, dtype, width)

@@ -41,8 +41,7 @@ class ROCmBackend(TorchGPUBackend):
     flavor = "hip"
     vendor = "AMD"
     event_name = "hip_event"
-    blas_name = "rocBLAS/hipBLASLt"
-    ccl_name = "RCCL"
+    lowering = {"llvmlite": "lowered to AMDGCN, one program per GPU thread"}
 
     def driver_version(self) -> str:
         for path in ("/sys/module/amdgpu/version", "/proc/driver/amdgpu/version"):
@@ -140,6 +139,5 @@ class ROCmBackend(TorchGPUBackend):
 def _hip_arg(value: Any, kind: str) -> Any:
     if kind == "ptr":
         return ctypes.c_void_p(value.data_ptr())
-    if kind == "i64":
-        return ctypes.c_int64(int(value))
-    return ctypes.c_float(float(value)) if kind == "fp32" else ctypes.c_double(float(value))
+    scalar = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float, "f64": ctypes.c_double}[kind]
+    return scalar(value)

@@ -1,12 +1,15 @@
 """What the CUDA and ROCm backends share: torch's two GPU builds drive the device.
 
-Portable implementations: the Triton kernels (``hwbench.kernels.*.triton``, tuned over a
-small per-architecture space at prepare time) and the llvmlite kernels lowered to PTX or
-AMDGCN (``hwbench.kernels.llvmir.gpu``). Natives: ``torch.matmul`` (the vendor BLAS) and
-``scaled_dot_product_attention`` (with the SDPA backend that ran). Timing uses device
+Portable sources: Triton (each kernel's ``triton.py``; tuned at prepare time over the small
+per-architecture space its bindings give) and llvmlite lowered to PTX or AMDGCN
+(``hwbench.kernels.llvmir.gpu``; loaded by the vendor's module API). Timing uses device
 events; the flush writes a buffer twice the size of the L2 cache before each timed call.
-Vendor specifics (library versions, loading a code object, extra natives) live in
-``cuda.py`` and ``rocm.py``.
+Vendor specifics (library versions, loading a code object) live in ``cuda.py`` and
+``rocm.py``.
+
+Natives on ``cuda`` and ``rocm`` are called as ``fn(tensors, out, shape, dtype)`` with the
+inputs as device tensors and an output tensor of the case's shape and dtype, and return
+``(call, config)``: ``call()`` computes and returns the output tensor (``out`` or a new one).
 """
 
 from __future__ import annotations
@@ -18,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backends._probe import missing_modules
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer, present
+from hwbench.core.dtypes import torch_dtype
+from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
+from hwbench.core.launch import OUTPUT, Launch
+from hwbench.core.loading import load
 
-TORCH_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp64")
-TRITON_DTYPES = {"gemm": ("fp16", "bf16", "fp32", "tf32"), "attention": ("fp16", "bf16", "fp32")}
-ALLREDUCE_DTYPES = ("fp32", "bf16", "fp16")
-LLVM_DTYPES = ("fp32", "fp64")
 #: Seconds of timed calls per configuration when tuning a Triton kernel.
 TUNE_BUDGET_S = 0.05
 
@@ -34,49 +36,29 @@ class KernelCompileError(RuntimeError):
     """A portable kernel that the device's compiler rejected (a compile_error record)."""
 
 
-def torch_dtype(dtype: str) -> Any:
-    """The torch dtype that holds ``dtype`` on the device (tf32 is stored as fp32)."""
-    import torch
-
-    return {
-        "fp16": torch.float16,
-        "bf16": torch.bfloat16,
-        "fp32": torch.float32,
-        "tf32": torch.float32,
-        "fp64": torch.float64,
-    }[dtype]
-
-
 class TorchPrepared(Prepared):
-    """A call on device tensors; ``result`` copies the output to the host (narrow dtypes as fp32)."""
+    """A call on device tensors; ``result`` copies its output to the host (narrow dtypes as fp32)."""
 
     def __init__(
-        self,
-        call: Callable[[], Any],
-        out: Any,
-        config: Mapping[str, Any],
-        compile_s: float = 0.0,
-        keepalive: Any = None,
+        self, call: Callable[[], Any], config: Mapping[str, Any], compile_s: float = 0.0, keepalive: Any = None
     ) -> None:
         self._call = call
-        self._out = out
+        self._last: Any = None
         self._keepalive = keepalive
         self.config = dict(config)
         self.compile_s = compile_s
 
     def run(self) -> None:
-        value = self._call()
-        if self._out is None:
-            self._last = value
+        self._last = self._call()
 
     def result(self) -> np.ndarray:
         import torch
 
-        out = self._out if self._out is not None else self._last
         torch.cuda.synchronize()
+        out = self._last
         if out.dtype in (torch.float16, torch.bfloat16):
             out = out.float()
-        return out.cpu().numpy()
+        return np.asarray(out.cpu().numpy())
 
 
 class EventTimer(Timer):
@@ -95,7 +77,7 @@ class EventTimer(Timer):
         fn()
         self._end.record()
         self._end.synchronize()
-        return self._start.elapsed_time(self._end) * 1e-3
+        return float(self._start.elapsed_time(self._end)) * 1e-3
 
 
 class TorchGPUBackend(Backend):
@@ -104,12 +86,11 @@ class TorchGPUBackend(Backend):
     flavor = "cuda"
     vendor = "NVIDIA"
     event_name = "cuda_event"
-    blas_name = "cuBLAS"
-    ccl_name = "NCCL"
+    languages = ("triton", "llvmlite")
 
     # -- availability and description ---------------------------------------------------
     def probe(self) -> Availability:
-        if missing_modules("torch"):
+        if not present("torch"):
             return Availability(False, f"torch is not installed (pip install 'hwbench[{self.name}]')")
         try:
             import torch
@@ -125,7 +106,7 @@ class TorchGPUBackend(Backend):
             return Availability(
                 False, f"torch {torch.__version__} ({self.flavor} {build}) sees no GPU: no device or no driver"
             )
-        if missing_modules("triton"):
+        if not present("triton"):
             return Availability(
                 True, f"triton is not installed: Triton kernels are skipped (pip install 'hwbench[{self.name}]')"
             )
@@ -160,7 +141,7 @@ class TorchGPUBackend(Backend):
         import torch
 
         props = torch.cuda.get_device_properties(index)
-        return (getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}").split(":")[0]
+        return str(getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}").split(":")[0]
 
     def device_extra(self, index: int, props: Any) -> dict[str, Any]:
         """Facts beyond DeviceInfo's fields (vendors add clocks and more)."""
@@ -178,21 +159,14 @@ class TorchGPUBackend(Backend):
         """Versions of torch, Triton and the vendor libraries."""
         import torch
 
-        from hwbench.core.host import package_version
-
-        return {
-            k: v
-            for k, v in {
-                "torch": torch.__version__,
-                "triton": package_version("triton"),
-                "llvmlite": package_version("llvmlite"),
-            }.items()
-            if v
+        found = {
+            "torch": torch.__version__,
+            "triton": package_version("triton"),
+            "llvmlite": package_version("llvmlite"),
         }
+        return {k: v for k, v in found.items() if v}
 
     def environment(self) -> dict[str, Any]:
-        from hwbench.core.host import package_version
-
         env: dict[str, Any] = {
             "torch": package_version("torch"),
             "triton": package_version("triton"),
@@ -203,98 +177,25 @@ class TorchGPUBackend(Backend):
             env["driver"] = self.driver_version()
         return env
 
-    # -- implementations ------------------------------------------------------------------
-    def native_impls(self, kernel: str) -> list[Implementation]:
-        """The vendor's own implementations of ``kernel``, first = the porting-overhead baseline."""
-        if kernel == "gemm":
-            return [
-                Implementation(
-                    "gemm",
-                    "torch_matmul",
-                    "native",
-                    self.blas_name.lower(),
-                    f"torch.matmul on {self.blas_name}",
-                    TORCH_DTYPES,
-                )
-            ]
-        if kernel == "attention":
-            return [
-                Implementation(
-                    "attention",
-                    "torch_sdpa",
-                    "native",
-                    "torch",
-                    "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
-                    ("fp16", "bf16", "fp32"),
-                )
-            ]
-        return []
-
-    def implementations(self, kernel: str) -> list[Implementation]:
-        if kernel == "allreduce":  # run across processes (one per GPU) by hwbench.collective, not by prepare()
-            return [
-                Implementation(
-                    "allreduce",
-                    "nccl",
-                    "native",
-                    "torch.distributed",
-                    f"torch.distributed.all_reduce on {self.ccl_name} (the nccl backend)",
-                    ALLREDUCE_DTYPES,
-                ),
-                Implementation(
-                    "allreduce",
-                    "triton_symm",
-                    "portable",
-                    "triton",
-                    "Triton reduction over torch symmetric memory: one-shot, or reduce-scatter + "
-                    "all-gather; signal-pad synchronisation",
-                    ALLREDUCE_DTYPES,
-                ),
-            ]
-        if kernel not in TRITON_DTYPES:
-            return []
-        return self.native_impls(kernel) + [
-            Implementation(
-                kernel,
-                "triton",
-                "portable",
-                "triton",
-                f"Triton {kernel} (kernels/{kernel}/triton.py), tuned over a small per-arch space",
-                TRITON_DTYPES[kernel],
-            ),
-            Implementation(
-                kernel,
-                "llvm",
-                "portable",
-                "llvmlite",
-                f"the CPU's llvmlite {kernel} lowered to {'PTX' if self.flavor == 'cuda' else 'AMDGCN'}, "
-                "one program per GPU thread",
-                LLVM_DTYPES,
-            ),
-        ]
-
+    # -- what runs here -------------------------------------------------------------------
     def loader_missing(self) -> str:
         """Why llvmlite code objects cannot be loaded here (empty when they can)."""
         return ""
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
-        if impl.language == "triton" and missing_modules("triton"):
+        if impl.language == "triton" and not present("triton"):
             return Availability(False, f"triton is not installed (pip install 'hwbench[{self.name}]')")
         if impl.language == "llvmlite":
-            if missing_modules("llvmlite"):
+            if not present("llvmlite"):
                 return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
             why = self.loader_missing()
-            if why:
-                return Availability(False, why)
-        if impl.kernel == "allreduce":
-            why = _allreduce_missing(impl.name)
             if why:
                 return Availability(False, why)
         return super().supports(impl, dtype, device)
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         errors: list[type[BaseException]] = [KernelCompileError]
-        if not missing_modules("triton"):
+        if present("triton"):
             from triton.compiler.errors import CompilationError
 
             errors.append(CompilationError)
@@ -331,129 +232,69 @@ class TorchGPUBackend(Backend):
 
         torch.cuda.set_device(device.index)
         dev = f"cuda:{device.index}"
-        tensors = {k: torch.from_numpy(v).to(dev).to(torch_dtype(dtype)).contiguous() for k, v in inputs.items()}
+        kind = torch_dtype(dtype)
+        tensors = {k: torch.from_numpy(v).to(dev).to(kind).contiguous() for k, v in inputs.items()}
+        out = torch.zeros(kernel.output_shape(shape), dtype=kind, device=dev)
+        if impl.kind == "native":
+            _set_fp32_precision(dtype)
+            call, config = load(impl.entry)(tensors, out, shape, dtype)  # type: ignore[operator]
+            return TorchPrepared(call, config)
+        source = importlib.import_module(impl.entry)
         if impl.language == "triton":
-            return self._triton(impl.kernel, tensors, shape, dtype, device)
-        if impl.language == "llvmlite":
-            return self._llvm(impl.kernel, tensors, shape, dtype, device)
-        return self.prepare_native(impl, tensors, shape, dtype)
+            return self._triton(source, tensors, out, shape, dtype, device)
+        return self._llvm(source, tensors, out, shape, dtype, device)
 
-    def prepare_native(self, impl: Implementation, t: dict[str, Any], shape: Shape, dtype: str) -> Prepared:
-        """Bind a native implementation to device tensors."""
-        import torch
+    def _triton(
+        self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo
+    ) -> Prepared:
+        def make(cfg: Any) -> Callable[[], Any]:
+            def call() -> Any:
+                source.launch_case(t, out, shape, dtype, cfg)
+                return out
 
-        _set_fp32_precision(dtype)
-        if impl.name == "torch_matmul":
-            out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
-            return TorchPrepared(
-                lambda: torch.matmul(t["A"], t["B"], out=out),
-                out,
-                {"library": self.blas_library(), "tf32": dtype == "tf32"},
-            )
-        if impl.name == "torch_sdpa":
-            return _sdpa(t, bool(shape["causal"]))
-        raise ValueError(f"{self.name} has no implementation {impl.name}")
+            return call
 
-    def blas_library(self) -> str:
-        """Which BLAS torch.matmul calls here, with its version."""
-        import torch
-
-        try:
-            preferred = str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1]
-        except Exception:  # older torch: no preference to report
-            preferred = ""
-        return f"{self.blas_name} ({preferred})" if preferred else self.blas_name
-
-    def _triton(self, kernel: str, t: dict[str, Any], shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
-        import torch
-
-        source = importlib.import_module(f"hwbench.kernels.{kernel}.triton")
-        if kernel == "gemm":
-            out = torch.empty((shape["M"], shape["N"]), dtype=t["A"].dtype, device=t["A"].device)
-            space = source.configs(device.arch, dtype)
-            make = lambda cfg: lambda: source.launch(t["A"], t["B"], out, dtype, cfg)  # noqa: E731
-        else:
-            out = torch.empty_like(t["q"])
-            space = source.configs(device.arch, dtype, shape["head_dim"])
-            causal = bool(shape["causal"])
-            make = lambda cfg: lambda: source.launch(t["q"], t["k"], t["v"], out, causal, cfg)  # noqa: E731
         start = time.perf_counter()
-        best, tried = tune(space, make, EventTimer(self.event_name))
+        best, tried = tune(source.tuning_space(device.arch, dtype, shape), make, EventTimer(self.event_name))
         config = {**best.as_dict(), "arch": device.arch, "tuned": tried}
-        return TorchPrepared(make(best), out, config, compile_s=time.perf_counter() - start)
+        return TorchPrepared(make(best), config, compile_s=time.perf_counter() - start)
 
-    def _llvm(self, kernel: str, t: dict[str, Any], shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
-        import torch
-
+    def _llvm(self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
+        # The GPU lowering imports llvmlite, which is optional (supports() checked it is here).
         from hwbench.kernels.llvmir.gpu import compile_module, target_for
 
-        source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
         target = target_for(device.arch)
         start = time.perf_counter()
         try:
             binary = compile_module(source.build(target, dtype), target, source.KERNEL)
         except Exception as exc:
-            raise KernelCompileError(f"llvmlite {kernel} for {device.arch}: {exc}") from exc
+            raise KernelCompileError(f"llvmlite {source.KERNEL} for {device.arch}: {exc}") from exc
         launch = self.load_binary(binary, device)
         compile_s = time.perf_counter() - start
-        scalar = np.float32 if dtype == "fp32" else np.float64
-        if kernel == "gemm":
-            m, n, k = shape["M"], shape["N"], shape["K"]
-            lim = source.block_limits(target, dtype)
-            out = torch.zeros((m, n), dtype=t["A"].dtype, device=t["A"].device)
-            grid = (-(-n // lim["nc"]), -(-m // lim["mc"]), 1) if m and n and k else (0, 0, 0)
-            args = [(t["A"], "ptr"), (t["B"], "ptr"), (out, "ptr")] + [
-                (v, "i64") for v in (m, n, k, k, n, n, lim["mc"], lim["nc"], lim["kc"])
-            ]
-            config = {**lim, **source.tile_sizes(dtype, 1)}
-        else:
-            sq, sk, d = shape["seq_q"], shape["seq_k"], shape["head_dim"]
-            if d > source.max_head_dim(target, dtype):
-                raise ValueError(
-                    f"head_dim {d} exceeds the {source.max_head_dim(target, dtype)} that fits "
-                    f"a GPU thread's {target.private_bytes} bytes for {dtype}"
-                )
-            out = torch.zeros_like(t["q"])
-            bq = source.tile_sizes(dtype, 1)["BQ"]
-            grid = (-(-sq // bq), shape["batch"] * shape["heads"], 1)
-            args = (
-                [(t[x], "ptr") for x in ("q", "k", "v")]
-                + [(out, "ptr")]
-                + [(v, "i64") for v in (sq, sk, d, int(shape["causal"]))]
-                + [(scalar(1.0 / np.sqrt(d)), dtype)]
-            )
-            config = {**source.tile_sizes(dtype, 1), "max_head_dim": source.max_head_dim(target, dtype)}
+        plan: Launch = source.launch(shape, dtype, target)
+        grid = tuple(plan.grid) + (1,) * (3 - len(plan.grid))
+        args: list[tuple[Any, str]] = [(g, "i64") for g in (grid if plan.programs else (0, 0, 0))]
+        args += [
+            ((out if a.buffer == OUTPUT else t[a.buffer]), "ptr") if a.buffer else (a.value, a.ctype) for a in plan.args
+        ]
         blocks, threads = target.launch_grid(grid)
-        full = [(v, "i64") for v in grid] + args
-        config.update(arch=device.arch, threads_per_block=threads[0], loader=self.loader_name())
-        return TorchPrepared(lambda: launch(blocks, threads, full), out, config, compile_s=compile_s, keepalive=binary)
+        config = {**plan.config, "arch": device.arch, "threads_per_block": threads[0], "loader": self.loader_name()}
+
+        def call() -> Any:
+            if plan.programs:
+                launch(blocks, threads, args)
+            return out
+
+        return TorchPrepared(call, config, compile_s=compile_s, keepalive=binary)
 
     def loader_name(self) -> str:
         """Name of the library that loads llvmlite code objects."""
         return ""
 
     def load_binary(self, binary: Any, device: DeviceInfo) -> Callable[..., None]:
-        """Load a compiled llvmlite module; returns ``launch(blocks, threads, [(value, kind), ...])``."""
+        """Load a compiled llvmlite module; returns ``launch(blocks, threads, [(value, kind), ...])``
+        where ``kind`` is ``ptr`` (a tensor) or a scalar type (``i32``, ``i64``, ``f32``, ``f64``)."""
         raise NotImplementedError
-
-
-def _allreduce_missing(impl: str) -> str:
-    """Why an AllReduce implementation cannot run on this node's GPUs (empty when it can)."""
-    import torch
-
-    found = torch.cuda.device_count()
-    if found < 2:
-        return f"needs at least 2 GPUs, found {found}"
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_nccl_available():
-        return f"torch {torch.__version__} was built without NCCL"
-    if impl == "triton_symm":
-        try:
-            import torch.distributed._symmetric_memory  # noqa: F401
-        except ImportError as exc:
-            return f"torch {torch.__version__} has no symmetric memory: {exc}"
-    return ""
 
 
 def _set_fp32_precision(dtype: str) -> None:
@@ -465,7 +306,7 @@ def _set_fp32_precision(dtype: str) -> None:
     torch.backends.cudnn.allow_tf32 = tf32
 
 
-def tune(space: list[Any], make: Callable[[Any], Callable[[], None]], timer: Timer) -> tuple[Any, list[dict[str, Any]]]:
+def tune(space: list[Any], make: Callable[[Any], Callable[[], Any]], timer: Timer) -> tuple[Any, list[dict[str, Any]]]:
     """Fastest configuration of ``space`` by median event time; configurations that fail are noted."""
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
@@ -490,25 +331,3 @@ def tune(space: list[Any], make: Callable[[Any], Callable[[], None]], timer: Tim
     if best is None:
         raise first_error or RuntimeError("no configuration to tune")
     return best, tried
-
-
-def _sdpa(t: dict[str, Any], causal: bool) -> Prepared:
-    """torch SDPA pinned to the backend torch picks for these inputs (recorded in the config)."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    q, k, v = t["q"], t["k"], t["v"]
-    try:
-        chosen = SDPBackend(torch._fused_sdp_choice(q, k, v, is_causal=causal))
-    except Exception:  # private API gone: let SDPA choose, and say the choice is unknown
-        chosen = None
-    fn = torch.nn.functional.scaled_dot_product_attention
-
-    def call() -> Any:
-        if chosen is None:
-            return fn(q, k, v, is_causal=causal)
-        with sdpa_kernel([chosen]):
-            return fn(q, k, v, is_causal=causal)
-
-    name = chosen.name.lower() if chosen is not None else "unknown"
-    return TorchPrepared(call, None, {"library": f"torch {torch.__version__}", "sdpa_backend": name})

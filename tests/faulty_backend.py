@@ -14,8 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared
-from hwbench.core.kernel import Kernel, Shape
+from hwbench.backend import Availability, Backend, DeviceInfo, Implementation, Kernel, Prepared, Shape
 
 BEHAVIOURS = ("good", "segfault", "abort", "hang", "wrong", "raise", "compile_error", "nan")
 

@@ -11,10 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.backends import opencl_launch
+from hwbench.backend import DeviceInfo, Implementation, Kernel, Prepared, Shape
 from hwbench.backends.opencl import OpenCLBackend
-from hwbench.core.backend import DeviceInfo, Implementation, Prepared
-from hwbench.core.kernel import Kernel, Shape
 
 
 class FaultyOpenCL(OpenCLBackend):
@@ -32,8 +30,7 @@ class FaultyOpenCL(OpenCLBackend):
         device: DeviceInfo,
     ) -> Prepared:
         wrong = {"M": 1 << 22, "N": 16, "K": 1 << 12}  # row 2**22 of A lies 64 GiB past its buffer
-        state = self._state(device)
-        return opencl_launch.opencl_c(state, "gemm", inputs, wrong, dtype, device)
+        return super().prepare(impl, kernel, inputs, wrong, dtype, device)
 
     def implementations(self, kernel: str) -> list[Implementation]:
         return [i for i in super().implementations(kernel) if i.name == "opencl"]

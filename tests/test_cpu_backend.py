@@ -76,10 +76,10 @@ def test_flush_touches_a_buffer_larger_than_the_cache() -> None:
 
 
 def test_without_torch_attention_falls_back_to_a_labelled_numpy_baseline(monkeypatch, runner: CaseRunner) -> None:
-    from hwbench.backends import cpu as cpu_module
+    from hwbench.core import backend as backend_module
 
-    real = cpu_module._has
-    monkeypatch.setattr(cpu_module, "_has", lambda name: False if name == "torch" else real(name))
+    real = backend_module.present
+    monkeypatch.setattr(backend_module, "present", lambda name: False if name == "torch" else real(name))
     impls = get_backend("cpu").implementations("attention")
     native = impls[0]
     assert native.name == "numpy_attention" and "torch is not installed" in native.description

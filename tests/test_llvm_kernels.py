@@ -25,7 +25,8 @@ from llvmlite import ir
 from hwbench.kernels.attention import llvm as attn
 from hwbench.kernels.gemm import llvm as gemm
 from hwbench.kernels.llvmir import irutil, jit, vecmath
-from hwbench.kernels.llvmir.target import CPUTarget, NVPTXTarget
+from hwbench.kernels.llvmir.gpu import NVPTXTarget
+from hwbench.kernels.llvmir.target import CPUTarget
 
 NP = {"fp32": np.float32, "fp64": np.float64}
 U = {"fp32": 2.0**-24, "fp64": 2.0**-53}

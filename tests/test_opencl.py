@@ -96,13 +96,11 @@ def test_attention_parity_on_odd_shapes(shape: dict[str, int], dtype: str) -> No
 )
 def test_fp16_kernels_compute_right_where_they_build(backend, device: DeviceInfo, kernel: str, shape) -> None:
     """The fp16 variants (half storage, fp32 math) are checked even on a device that lacks cl_khr_fp16."""
-    from hwbench.backends.opencl_launch import opencl_c
-
     spec = get_kernel(kernel)
     full = spec.complete(dict(shape))
     inputs = spec.make_inputs(full, "fp16", 0)
     try:
-        prepared = opencl_c(backend._state(device), kernel, inputs, full, "fp16", device)
+        prepared = backend.prepare(_impl(backend, kernel, "opencl"), spec, inputs, full, "fp16", device)
     except Exception as exc:
         pytest.skip(f"this OpenCL compiler rejects half storage: {exc}")
     prepared.run()
@@ -145,8 +143,9 @@ def test_skip_reasons_name_the_missing_extension_or_il() -> None:
 
 def test_clblast_skip_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from hwbench.backends import opencl
+    from hwbench.core import backend as backend_module
 
-    monkeypatch.setattr(opencl, "missing_modules", lambda *m: list(m))
+    monkeypatch.setattr(backend_module, "present", lambda module: False)
     backend = opencl.OpenCLBackend()
     reason = backend.supports(_impl(backend, "gemm", "clblast"), "fp32", _fake_device([], [])).reason
     assert "pyclblast is not installed" in reason and "libclblast-dev" in reason
@@ -164,9 +163,9 @@ def test_pocl_takes_no_il_so_llvm_cases_are_skipped(device: DeviceInfo) -> None:
 
 @needs_opencl
 def test_a_build_failure_is_a_compile_error_with_the_logs_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hwbench.backends import opencl_launch
+    from hwbench.kernels.gemm import opencl as gemm_opencl
 
-    monkeypatch.setattr(opencl_launch, "gemm_tiles", lambda device, dtype: {"VW": 5, "TM": 2, "TNV": 1, "WG0": 1})
+    monkeypatch.setattr(gemm_opencl, "tiles", lambda kind, lanes: {"VW": 5, "TM": 2, "TNV": 1, "WG0": 1})
     record = _run("gemm", "opencl", "fp32", {"M": 8, "N": 8, "K": 8})
     assert record["status"] == "compile_error"
     assert "OpenCLBuildError" in record["reason"] and "error" in record["reason"].split("-DWG0=1:", 1)[1]
@@ -248,7 +247,7 @@ def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
 
 
 def test_first_error_line_picks_the_error() -> None:
-    from hwbench.backends.opencl import first_error_line
+    from hwbench.backends.opencl_device import first_error_line
 
     log = (
         "Build on <pyopencl.Device 'x'>:\n/tmp/pocl/tempfile_Ab.cl:3:1: warning: w\n"

@@ -1,12 +1,17 @@
-"""What a backend must provide: probe, devices, implementations, prepare, timer and flush.
+"""What a backend must provide: probe, devices, prepare, timer and flush; what it offers.
 
-A backend module imports its SDK only inside its methods, so listing backends never loads
-a driver. Third-party backends subclass :class:`Backend` and register through the
-``hwbench.backends`` entry-point group.
+A backend moves buffers, compiles the languages it names in :attr:`Backend.languages`,
+launches what a kernel's bindings describe, and times on its own clock. What it offers of
+a kernel comes from the kernel's folder: the natives declared for the backend's name, then
+the portable sources in its languages; a third-party backend adds natives of its own by
+overriding :meth:`Backend.natives`. A backend module imports its SDK only inside its
+methods, so listing backends never loads a driver. Third-party backends subclass
+:class:`Backend` and register through the ``hwbench.backends`` entry-point group.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -15,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.core.kernel import Kernel, Shape
+from hwbench.core.kernel import Kernel, Native, Shape, Source, get_kernel
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,64 @@ class Implementation:
     language: str  # "llvmlite", "opencl-c", "triton", or the library's name
     description: str
     dtypes: tuple[str, ...]
+    #: Where its code lives: a source's module, a native's ``module:function`` (absolute).
+    entry: str = ""
+    #: Modules it needs, each with the hint shown when it is missing.
+    requires: Mapping[str, str] = field(default_factory=dict)
+
+
+def source_implementation(kernel: Kernel, source: Source, note: str = "") -> Implementation:
+    """The implementation a kernel's portable ``source`` is (``note`` says how a backend runs it)."""
+    description = f"{source.description}; {note}" if note else source.description
+    return Implementation(
+        kernel.name, source.impl, "portable", source.language, description, source.dtypes, kernel.entry(source.module)
+    )
+
+
+def native_implementation(kernel: Kernel, native: Native) -> Implementation:
+    """The implementation a kernel's ``native`` is."""
+    entry = kernel.entry(native.call) if native.call else ""
+    return Implementation(
+        kernel.name,
+        native.impl,
+        "native",
+        native.library,
+        native.description,
+        native.dtypes,
+        entry,
+        dict(native.requires),
+    )
+
+
+def present(module: str) -> bool:
+    """Whether ``module`` can be imported here (checked without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        return False
+
+
+def missing_modules(*modules: str) -> list[str]:
+    """The modules of ``modules`` that cannot be imported here (checked without importing them)."""
+    return [m for m in modules if not present(m)]
+
+
+def declared_natives(kernel: Kernel, backend: str) -> list[Implementation]:
+    """The natives ``kernel``'s folder declares for ``backend`` that are listed here (see
+    :class:`~hwbench.core.kernel.Native`)."""
+    return [
+        native_implementation(kernel, n)
+        for n in kernel.natives.get(backend, ())
+        if all(present(m) for m in n.listed_with) and not any(present(m) for m in n.unless)
+    ]
+
+
+def rank_implementations(backend: str, kernel: Kernel) -> list[Implementation]:
+    """What ``kernel``, a kernel that spans ranks, declares for ``backend``: its natives there,
+    then the sources that name the backend (``hwbench.collective`` runs them)."""
+    return declared_natives(kernel, backend) + [
+        source_implementation(kernel, s) for s in kernel.sources if backend in s.backends
+    ]
 
 
 class Prepared(ABC):
@@ -128,6 +191,10 @@ class Backend(ABC):
 
     name: str = ""
     description: str = ""
+    #: Source languages this backend compiles and launches (``llvmlite``, ``opencl-c``, ``triton``).
+    languages: tuple[str, ...] = ()
+    #: How this backend runs a source of each language, added to its description.
+    lowering: Mapping[str, str] = {}
 
     @abstractmethod
     def probe(self) -> Availability:
@@ -137,15 +204,31 @@ class Backend(ABC):
     def devices(self) -> list[DeviceInfo]:
         """The devices available (called only after a successful probe)."""
 
-    @abstractmethod
     def implementations(self, kernel: str) -> list[Implementation]:
-        """Every implementation of ``kernel`` this backend knows, available here or not.
+        """Every implementation of ``kernel`` this backend can prepare, available here or not:
+        :meth:`natives` first (porting overhead is measured against the first), then the
+        kernel's sources in :attr:`languages`. None of a kernel that spans ranks: those run in
+        ``hwbench.collective``, not through :meth:`prepare`."""
+        spec = get_kernel(kernel)
+        if spec.spans_ranks:
+            return []
+        sources = [
+            source_implementation(spec, s, self.lowering.get(s.language, ""))
+            for s in spec.sources
+            if s.language in self.languages and (not s.backends or self.name in s.backends)
+        ]
+        return self.natives(spec) + sources
 
-        Porting overhead is measured against the first native implementation listed.
-        """
+    def natives(self, kernel: Kernel) -> list[Implementation]:
+        """The vendor calls a user would make instead on this backend: the kernel folder's natives
+        for this backend's name; a third-party backend extends the list with its own."""
+        return declared_natives(kernel, self.name)
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         """Whether ``impl`` can run ``dtype`` on ``device``; the reason when it cannot."""
+        missing = next((hint for module, hint in impl.requires.items() if not present(module)), None)
+        if missing is not None:
+            return Availability(False, missing)
         if dtype not in impl.dtypes:
             return Availability(False, f"{impl.name} has no {dtype} variant on {self.name}")
         return Availability(True)

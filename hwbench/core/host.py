@@ -94,17 +94,12 @@ def memory_available() -> int | None:
 
 def host_info() -> dict[str, Any]:
     """Where the run happened."""
-    total = None
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        pass
     return {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "kernel": platform.release(),
         "cpu": cpu_info(),
-        "memory_bytes": total,
+        "memory_bytes": total_memory(),
     }
 
 
@@ -139,6 +134,32 @@ def blas_info() -> list[dict[str, Any]]:
         return [{"error": f"threadpoolctl not installed ({exc})"}]
     keep = ("user_api", "internal_api", "version", "architecture", "threading_layer", "num_threads", "prefix")
     return [{k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"]
+
+
+def blas_label() -> str:
+    """``openblas 0.3.31, ...``: the BLAS libraries NumPy loaded (or "NumPy's BLAS")."""
+    libs = [b for b in blas_info() if "internal_api" in b]
+    return ", ".join(f"{b['internal_api']} {b['version']}" for b in libs) or "NumPy's BLAS"
+
+
+def largest_cache_bytes(default: int = 32 * 2**20) -> int:
+    """Size of the host CPU's largest cache, from sysfs (``default`` where sysfs says nothing)."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes, default=default)
+
+
+def total_memory() -> int | None:
+    """Bytes of physical memory, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def git_commit() -> str | None:

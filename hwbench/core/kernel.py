@@ -1,7 +1,12 @@
-"""What a kernel *is*: shapes, dtypes, work, inputs, a float64 reference and tolerances.
+"""What a kernel *is*: shapes, dtypes, work, inputs, a float64 reference and tolerances; which
+portable sources and natives it has; and the kernels by name.
 
-A kernel spec does no I/O and imports no device SDK; backends and portable sources
-live elsewhere and only read it.
+A kernel is a folder under ``kernels/``: ``spec.py`` subclasses :class:`Kernel` and names
+its :class:`Source` files (one per language, each holding that language's bindings) and,
+keyed by backend, its :class:`Native` calls. A kernel spec does no I/O and imports no
+device SDK; backends read it and load the files it names when they prepare a case.
+Registering a kernel is one line in :data:`BUILTIN_KERNELS` (or an entry point of the
+``hwbench.kernels`` group).
 """
 
 from __future__ import annotations
@@ -9,17 +14,27 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, round_to_dtype, storage_dtype
 from hwbench.core.errors import UserError
+from hwbench.core.loading import group, load
 
 Shape = Mapping[str, int]
 
 PROFILES = ("quick", "standard", "full")
+
+#: The kernels hwbench ships, in the order runs and tables list them: name -> its spec.
+BUILTIN_KERNELS: dict[str, str] = {
+    "gemm": "hwbench.kernels.gemm.spec:KERNEL",
+    "attention": "hwbench.kernels.attention.spec:KERNEL",
+    "allreduce": "hwbench.kernels.allreduce.spec:KERNEL",
+}
+KERNEL_GROUP = "hwbench.kernels"
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,46 @@ class ShapeParam:
     minimum: int = 1
 
 
+@dataclass(frozen=True)
+class Source:
+    """A portable implementation: one source in one language, with that language's bindings.
+
+    ``module`` is relative to the kernel's package (``"llvm"`` in ``kernels/gemm`` is
+    ``hwbench.kernels.gemm.llvm``). Every backend that compiles ``language`` offers it,
+    unless ``backends`` names the only ones that do.
+    """
+
+    impl: str
+    language: str
+    module: str
+    dtypes: tuple[str, ...]
+    description: str
+    backends: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Native:
+    """The vendor call a user would make instead, on one backend.
+
+    ``call`` is ``module:function`` relative to the kernel's package; the function takes
+    what its backend hands natives (each backend's docstring says what). ``requires``
+    maps each module it needs to the hint shown when that module is missing (the native is
+    listed and skipped with that reason); a native is listed only where every module of
+    ``listed_with`` is present, and only where no module of ``unless`` is (a stand-in for
+    a better one). Natives of a kernel that spans ranks have no ``call``: ``hwbench.collective``
+    runs them by name.
+    """
+
+    impl: str
+    library: str
+    description: str
+    dtypes: tuple[str, ...]
+    call: str = ""
+    requires: Mapping[str, str] = field(default_factory=dict)
+    listed_with: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+
+
 class Kernel(ABC):
     """A kernel declared once: every backend and every portable source reads this."""
 
@@ -51,6 +106,33 @@ class Kernel(ABC):
     dtypes: tuple[str, ...]
     #: Shapes per profile; each shape is a dict of every parameter.
     profiles: Mapping[str, tuple[Mapping[str, int], ...]]
+    #: Portable sources, in the order they are listed after the natives.
+    sources: tuple[Source, ...] = ()
+    #: Natives per backend name; the first is the porting-overhead baseline.
+    natives: Mapping[str, tuple[Native, ...]] = {}
+    #: A collective: one case runs on several processes (``hwbench.collective``), not in one.
+    spans_ranks: bool = False
+
+    @property
+    def package(self) -> str:
+        """The package of the kernel's folder (``hwbench.kernels.gemm``)."""
+        return type(self).__module__.rpartition(".")[0]
+
+    def entry(self, relative: str) -> str:
+        """Absolute form of a module or ``module:function`` named relative to the kernel's package."""
+        return f"{self.package}.{relative}"
+
+    def source(self, impl: str) -> Source | None:
+        """The portable source called ``impl``, if the kernel has one."""
+        return next((s for s in self.sources if s.impl == impl), None)
+
+    def bus_factor(self, shape: Shape) -> float:
+        """Of a collective: busbw / algbw (nccl-tests' factor; all_reduce's is 2(n-1)/n)."""
+        return 1.0
+
+    def output_shape(self, shape: Shape) -> tuple[int, ...]:
+        """Dimensions of the output of one call (what :meth:`reference` returns)."""
+        raise NotImplementedError(f"kernel {self.name} does not say the shape of its output")
 
     @abstractmethod
     def flops(self, shape: Shape) -> float:
@@ -162,3 +244,20 @@ def describe_kernel(kernel: Kernel) -> dict[str, Any]:
         ],
         "profiles": {name: kernel.shapes(name) for name in PROFILES},
     }
+
+
+def kernel_targets() -> dict[str, str]:
+    """Every known kernel name and where its spec lives (built-ins first)."""
+    return {**BUILTIN_KERNELS, **group(KERNEL_GROUP)}
+
+
+@cache
+def get_kernel(name: str) -> Kernel:
+    """The kernel spec called ``name``; UserError if no kernel has that name."""
+    targets = kernel_targets()
+    if name not in targets:
+        raise UserError(f"unknown kernel '{name}'; known kernels: {', '.join(targets)}")
+    kernel = load(targets[name])
+    if not isinstance(kernel, Kernel):
+        raise UserError(f"kernel '{name}' ({targets[name]}) is not an hwbench Kernel")
+    return kernel

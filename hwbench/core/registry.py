@@ -1,20 +1,20 @@
 """Backends and kernels by name, loaded only when asked for.
 
-Built-ins are listed here as ``module:attribute`` strings; third-party backends add
+Built-in backends are listed here as ``module:attribute`` strings (kernels in
+:data:`hwbench.core.kernel.BUILTIN_KERNELS`, re-exported here); third-party backends add
 themselves through the ``hwbench.backends`` entry-point group, or for a quick trial
 through ``HWBENCH_BACKENDS="name=module:attr,..."`` in the environment.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from functools import cache
-from importlib.metadata import entry_points
 
-from hwbench.core.backend import Backend
+from hwbench.core.backend import Backend, Implementation, rank_implementations
 from hwbench.core.errors import UserError
-from hwbench.core.kernel import Kernel
+from hwbench.core.kernel import BUILTIN_KERNELS, KERNEL_GROUP, get_kernel, kernel_targets
+from hwbench.core.loading import group, load
 
 BUILTIN_BACKENDS: dict[str, str] = {
     "cpu": "hwbench.backends.cpu:CPUBackend",
@@ -23,14 +23,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "rocm": "hwbench.backends.rocm:ROCmBackend",
 }
 
-BUILTIN_KERNELS: dict[str, str] = {
-    "gemm": "hwbench.kernels.gemm.spec:KERNEL",
-    "attention": "hwbench.kernels.attention.spec:KERNEL",
-    "allreduce": "hwbench.kernels.allreduce.spec:KERNEL",
-}
-
 BACKEND_GROUP = "hwbench.backends"
-KERNEL_GROUP = "hwbench.kernels"
 ENV_BACKENDS = "HWBENCH_BACKENDS"
 
 
@@ -44,26 +37,9 @@ def _from_env() -> dict[str, str]:
     return found
 
 
-def _group(group: str) -> dict[str, str]:
-    return {ep.name: ep.value for ep in entry_points(group=group)}
-
-
 def backend_targets() -> dict[str, str]:
     """Every known backend name and where it lives (built-ins first, in a stable order)."""
-    return {**BUILTIN_BACKENDS, **_group(BACKEND_GROUP), **_from_env()}
-
-
-def kernel_targets() -> dict[str, str]:
-    """Every known kernel name and where its spec lives."""
-    return {**BUILTIN_KERNELS, **_group(KERNEL_GROUP)}
-
-
-def _load(target: str) -> object:
-    module, _, attr = target.partition(":")
-    obj: object = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return {**BUILTIN_BACKENDS, **group(BACKEND_GROUP), **_from_env()}
 
 
 @cache
@@ -72,7 +48,7 @@ def get_backend(name: str) -> Backend:
     targets = backend_targets()
     if name not in targets:
         raise UserError(f"unknown backend '{name}'; known backends: {', '.join(targets)}")
-    factory = _load(targets[name])
+    factory = load(targets[name])
     backend = factory() if callable(factory) else factory
     if not isinstance(backend, Backend):
         raise UserError(f"backend '{name}' ({targets[name]}) is not an hwbench Backend")
@@ -80,16 +56,28 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-@cache
-def get_kernel(name: str) -> Kernel:
-    """The kernel spec called ``name``; UserError if no kernel has that name."""
-    targets = kernel_targets()
-    if name not in targets:
-        raise UserError(f"unknown kernel '{name}'; known kernels: {', '.join(targets)}")
-    kernel = _load(targets[name])
-    if not isinstance(kernel, Kernel):
-        raise UserError(f"kernel '{name}' ({targets[name]}) is not an hwbench Kernel")
-    return kernel
+__all__ = [
+    "BACKEND_GROUP",
+    "BUILTIN_BACKENDS",
+    "BUILTIN_KERNELS",
+    "ENV_BACKENDS",
+    "KERNEL_GROUP",
+    "backend_targets",
+    "get_backend",
+    "get_kernel",
+    "implementations",
+    "kernel_targets",
+    "parse_names",
+]
+
+
+def implementations(backend: Backend, kernel: str) -> list[Implementation]:
+    """What runs of ``kernel`` on ``backend``: what the backend prepares, or for a kernel that spans
+    ranks what its folder declares for the backend (``hwbench.collective`` runs those)."""
+    spec = get_kernel(kernel)
+    if spec.spans_ranks:
+        return rank_implementations(backend.name, spec)
+    return backend.implementations(kernel)
 
 
 def parse_names(text: str | None, known: list[str], what: str, known_label: str | None = None) -> list[str]:

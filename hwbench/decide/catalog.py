@@ -9,17 +9,14 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from hwbench.core.errors import UserError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from hwbench.core.loading import tomllib
 
 
 @dataclass(frozen=True)
@@ -85,6 +82,23 @@ class Catalog:
         if value is None:
             return None
         return DevicePeak(key, float(value), entry.get("source", ""), str(entry.get("as_of", "")))
+
+    def device_peak(
+        self, name: str, own: Mapping[str, float] | None, dtype: str, method: str | None = None
+    ) -> tuple[float | None, str | None]:
+        """Peak TFLOPS of the device called ``name`` for ``dtype`` and where it comes from: its own
+        (measured or reported, ``own`` with ``method``) where it has one, else the datasheet's."""
+        if own and dtype in own:
+            return float(own[dtype]), method
+        key = self.match(name)
+        found = self.peak(key, dtype) if key else None
+        if found is None:
+            return None, None
+        return found.tflops, f"datasheet {found.key} ({found.source}, {found.as_of})"
+
+    def device_price(self, name: str) -> PriceQuote | None:
+        """Price per hour of the device called ``name`` (the median on-demand offer), if any."""
+        return self.price(self.match(name))
 
     def price(self, key: str | None, instance: str | None = None) -> PriceQuote | None:
         """Price per device-hour: the named instance's row, else the median on-demand offer."""

@@ -107,12 +107,8 @@ def peak_tflops(device: Device, dtype: str, catalog: Catalog, records: Iterable[
         value = num(sub(record, "metrics").get("peak_tflops"))
         if value and record.get("dtype") == dtype:
             return value
-    own = num(sub(sub(device.info, "peak"), "tflops").get(dtype))
-    if own:
-        return own
-    key = catalog.match(device.name)
-    found = catalog.peak(key, dtype) if key else None
-    return found.tflops if found else None
+    own = {dtype: value} if (value := num(sub(sub(device.info, "peak"), "tflops").get(dtype))) else None
+    return catalog.device_peak(device.name, own, dtype)[0]
 
 
 def mem_gbps(device: Device, catalog: Catalog) -> tuple[float | None, str]:

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, storage_dtype
-from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance
+from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance
+
+GPU_DTYPES = ("fp32", "bf16", "fp16")
 
 
 def _ar(count: int, ranks: int = 2) -> dict[str, int]:
@@ -33,6 +35,45 @@ class AllReduce(Kernel):
         "standard": tuple(_ar(4**i) for i in range(0, 13)) + (_ar(64 * 2**20),),
         "full": tuple(_ar(4**i) for i in range(0, 14)) + (_ar(128 * 2**20),),
     }
+
+    spans_ranks = True
+    sources = (
+        Source(
+            "llvm_shm",
+            "llvmlite",
+            "llvm",
+            ("fp32", "fp64"),
+            "shared-memory one-shot / reduce-scatter + all-gather, reduction and synchronisation in "
+            "llvmlite IR; hierarchical across nodes",
+            backends=("cpu",),
+        ),
+        Source(
+            "triton_symm",
+            "triton",
+            "triton",
+            GPU_DTYPES,
+            "Triton reduction over torch symmetric memory: one-shot, or reduce-scatter + all-gather; "
+            "signal-pad synchronisation",
+            backends=("cuda", "rocm"),
+        ),
+    )
+    natives = {
+        "cpu": (
+            Native("gloo", "torch.distributed", "torch.distributed.all_reduce on the gloo backend", ("fp32", "fp64")),
+            Native(
+                "mpi", "mpi4py", "MPI.COMM_WORLD.Allreduce through mpi4py, ranks started by mpirun", ("fp32", "fp64")
+            ),
+        ),
+        "cuda": (
+            Native("nccl", "torch.distributed", "torch.distributed.all_reduce on NCCL (the nccl backend)", GPU_DTYPES),
+        ),
+        "rocm": (
+            Native("nccl", "torch.distributed", "torch.distributed.all_reduce on RCCL (the nccl backend)", GPU_DTYPES),
+        ),
+    }
+
+    def output_shape(self, shape: Shape) -> tuple[int, ...]:
+        return (shape["count"],)
 
     def flops(self, shape: Shape) -> float:
         return float((shape["ranks"] - 1) * shape["count"])

@@ -19,14 +19,16 @@ data and never stored.
 
 from __future__ import annotations
 
-import ctypes
 import math
-from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads, ptr
+from hwbench.core.kernel import Shape
+from hwbench.core.launch import Launch, buffer, output, real
+from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
+from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
     I64,
     PTR,
@@ -45,7 +47,6 @@ from hwbench.kernels.llvmir.irutil import (
     splat,
     store_vec,
 )
-from hwbench.kernels.llvmir.jit import get_or_compile
 from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
 from hwbench.kernels.llvmir.vecmath import exp as vexp
 
@@ -59,7 +60,7 @@ D_MAX = 1024  # head_dim bound baked into the workspace
 def max_head_dim(target: LLVMTarget, dtype: str) -> int:
     """head_dim bound of the workspace: D_MAX, or what fits where the target caps per-program
     memory (GPU threads): two D x BQ tiles and the BQ reciprocals."""
-    budget = getattr(target, "private_bytes", None)
+    budget = target.private_bytes
     if budget is None:
         return D_MAX
     bq = QV * target.vector_width(dtype)
@@ -103,7 +104,7 @@ def _scores(tl: _Tile, krows: list[ir.Value]) -> list[ir.Value]:
     def step(d: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
         base = b.mul(d, i64(tl.bq))
         qv = [load_vec(b, tl.qt, t, b.add(base, i64(v * vw)), vw, align=tl.vbytes) for v in range(QV)]
-        out = []
+        out: list[ir.Value] = []
         for j in range(BK):
             kj = splat(b, load(b, elem_ptr(b, krows[j], t, d), t), vw)
             out.extend(fma(b, kj, qv[v], acc[j * QV + v]) for v in range(QV))
@@ -219,6 +220,30 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
     return module
 
 
+def launch(shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1) -> Launch:
+    """``attention(q, k, v, o, Sq, Sk, D, causal, scale)`` over ``(ceil(Sq/BQ), batch * heads)``
+    programs; on the CPU a problem under 2 MFLOP runs on one worker. ValueError for a head
+    dimension past what the target's per-program memory holds."""
+    bsz, heads = int(shape["batch"]), int(shape["heads"])
+    sq, sk, d = int(shape["seq_q"]), int(shape["seq_k"]), int(shape["head_dim"])
+    causal = int(shape.get("causal", 0))
+    limit = max_head_dim(target, dtype)
+    if not 1 <= d <= limit:
+        where = (
+            f"a program's {target.private_bytes} bytes on {target.name}" if target.private_bytes else "the workspace"
+        )
+        raise ValueError(f"head_dim must be in [1, {limit}] (what fits {where} for {dtype}), got {d}")
+    vw = target.vector_width(dtype)
+    grid = (-(-sq // (QV * vw)), bsz * heads) if sk > 0 else (0, 0)
+    workers = 1 if 4.0 * bsz * heads * sq * sk * d < 2e6 else workers
+    args = (buffer("q"), buffer("k"), buffer("v"), output(), *(i64_arg(x) for x in (sq, sk, d, causal)))
+    args += (real(1.0 / math.sqrt(d), dtype),)
+    config = dict(
+        kernel=KERNEL, dtype=dtype, target=target.name, causal=causal, max_head_dim=limit, **tile_sizes(dtype, vw)
+    )
+    return Launch(KERNEL, args, grid, (bsz, heads, sq, d), config=config, workers=workers)
+
+
 def prepare_cpu(
     inputs: dict[str, np.ndarray],
     shape: dict[str, int],
@@ -235,39 +260,10 @@ def prepare_cpu(
     np_dtype = np.float32 if dtype == "fp32" else np.float64
     bsz, heads = int(shape["batch"]), int(shape["heads"])
     sq, sk, d = int(shape["seq_q"]), int(shape["seq_k"]), int(shape["head_dim"])
-    causal = int(shape.get("causal", 0))
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    for name, arr, s in (("q", q, sq), ("k", k, sk), ("v", v, sk)):
+    for name, s in (("q", sq), ("k", sk), ("v", sk)):
+        arr = inputs[name]
         if arr.shape != (bsz, heads, s, d) or arr.dtype != np_dtype:
             raise ValueError(f"{name} must be ({bsz},{heads},{s},{d}) {np_dtype.__name__}")
-    if not 1 <= d <= D_MAX:
-        raise ValueError(f"head_dim must be in [1, {D_MAX}], got {d}")
     target = target or host_target()
-    compiled, fresh = get_or_compile(
-        (KERNEL, dtype, target.cache_key), lambda: build(target, dtype), target.cpu_name, target.features
-    )
-    vw = target.vector_width(dtype)
-    bq = QV * vw
-    out = np.zeros((bsz, heads, sq, d), dtype=np_dtype)
-    grid = (-(-sq // bq), bsz * heads) if sk > 0 else (0, 0)
     threads = threads or default_threads()
-    if 4.0 * bsz * heads * sq * sk * d < 2e6:
-        threads = 1  # waking workers costs more than it saves
-    scalar = ctypes.c_float if dtype == "fp32" else ctypes.c_double
-    args = [ptr(q), ptr(k), ptr(v), ptr(out), sq, sk, d, causal, 1.0 / math.sqrt(d)]
-    argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [scalar]
-    config: dict[str, Any] = dict(
-        kernel=KERNEL, dtype=dtype, target=target.name, causal=causal, **tile_sizes(dtype, vw)
-    )
-    return PreparedKernel(
-        compiled,
-        KERNEL,
-        args,
-        argtypes,
-        grid,
-        threads,
-        out,
-        compiled.compile_s if fresh else 0.0,
-        config,
-        keepalive=(q, k, v),
-    )
+    return cpu_prepare(build, inputs, dtype, launch(shape, dtype, target, threads), threads, target)

@@ -8,16 +8,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
-from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance, seeded_uniform, sqrt_int
+from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
 
 
 def _attn(b: int, h: int, sq: int, sk: int, d: int, causal: int) -> dict[str, int]:
     return {"batch": b, "heads": h, "seq_q": sq, "seq_k": sk, "head_dim": d, "causal": causal}
-
-
-def causal_keys(i: int, seq_k: int) -> int:
-    """Number of keys query row ``i`` sees under the causal mask (keys j <= i)."""
-    return min(i + 1, seq_k)
 
 
 class Attention(Kernel):
@@ -52,6 +47,61 @@ class Attention(Kernel):
             _attn(2, 3, 333, 333, 80, 1),
         ),
     }
+
+    sources = (
+        Source(
+            "opencl",
+            "opencl-c",
+            "opencl",
+            ("fp32", "fp64", "fp16"),
+            "OpenCL C: flash attention with online softmax, query rows in vector lanes",
+        ),
+        Source(
+            "triton",
+            "triton",
+            "triton",
+            ("fp16", "bf16", "fp32"),
+            "Triton attention (kernels/attention/triton.py), tuned over a small per-arch space",
+        ),
+        Source(
+            "llvm", "llvmlite", "llvm", ("fp32", "fp64"), "flash-attention forward with online softmax in llvmlite IR"
+        ),
+    )
+    natives = {
+        "cpu": (
+            Native(
+                "torch_sdpa",
+                "torch",
+                "torch.nn.functional.scaled_dot_product_attention on the CPU",
+                ("fp32", "fp64"),
+                "natives:torch_sdpa_host",
+                listed_with=("torch",),
+            ),
+            Native(
+                "numpy_attention",
+                "numpy",
+                "NumPy softmax(QK^T)V (torch is not installed, so no SDPA baseline)",
+                ("fp32", "fp64"),
+                "natives:numpy_attention",
+                unless=("torch",),
+            ),
+        ),
+        **{
+            gpu: (
+                Native(
+                    "torch_sdpa",
+                    "torch",
+                    "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
+                    ("fp16", "bf16", "fp32"),
+                    "natives:torch_sdpa_device",
+                ),
+            )
+            for gpu in ("cuda", "rocm")
+        },
+    }
+
+    def output_shape(self, shape: Shape) -> tuple[int, ...]:
+        return (shape["batch"], shape["heads"], shape["seq_q"], shape["head_dim"])
 
     def derive(self, shape: dict[str, int]) -> dict[str, int]:
         if shape["seq_k"] == 0:

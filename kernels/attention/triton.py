@@ -16,11 +16,14 @@ Importing this module imports Triton: only backends and ``hwbench compile`` do.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import triton
 import triton.language as tl
+
+from hwbench.core.kernel import Shape
 
 KERNEL = "attention"
 DTYPES = ("fp16", "bf16", "fp32")
@@ -307,3 +310,13 @@ def launch(q: Any, k: Any, v: Any, o: Any, causal: bool, config: Config) -> None
         BLOCK_D=block_d(d),
         **config.options(),
     )
+
+
+def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
+    """Binding: the configurations a backend tunes over for one case (:func:`configs`)."""
+    return configs(arch, dtype, shape["head_dim"])
+
+
+def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
+    """Binding: one launch on the case's device tensors ``q``, ``k``, ``v`` into ``out``."""
+    launch(inputs["q"], inputs["k"], inputs["v"], out, bool(shape["causal"]), config)

@@ -11,13 +11,14 @@ Edge tiles store through masked loads/stores, so any M, N, K works in bounds.
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any
-
 import numpy as np
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads, ptr
+from hwbench.core.kernel import Shape
+from hwbench.core.launch import Launch, buffer, output
+from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
+from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
     I1,
     I64,
@@ -40,7 +41,6 @@ from hwbench.kernels.llvmir.irutil import (
     splat,
     store_vec,
 )
-from hwbench.kernels.llvmir.jit import get_or_compile
 from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
 
 DTYPES = ("fp32", "fp64")
@@ -54,7 +54,7 @@ _MAX_BLOCK = {"fp32": dict(mc=28 * MR, nc=1024, kc=512), "fp64": dict(mc=28 * MR
 def block_limits(target: LLVMTarget, dtype: str) -> dict[str, int]:
     """Largest mc/nc/kc the workspace holds: the CPU's cache blocks, or one register tile
     (MR x NR, with kc filling the rest) where the target caps per-program memory (GPU threads)."""
-    budget = getattr(target, "private_bytes", None)
+    budget = target.private_bytes
     if budget is None:
         return _MAX_BLOCK[dtype]
     nr = NR_VECTORS * target.vector_width(dtype)
@@ -222,6 +222,48 @@ def _check_blocking(dtype: str, blk: dict[str, int]) -> None:
             raise ValueError(f"blocking {key}={blk[key]} outside [1, {lim[key]}] for {dtype}")
 
 
+def _workgroup_blocking(dtype: str, m: int, n: int, k: int, vw: int) -> dict[str, int]:
+    """Blocks of a program that is one work-group with global scratch (SPIR-V): up to 8 register
+    tiles of rows, 256 columns and 256 steps of K."""
+    mr, nr = MR, NR_VECTORS * vw
+    return {"mc": min(-(-m // mr) * mr, 8 * mr), "nc": min(-(-n // nr) * nr, 256 // nr * nr), "kc": min(max(k, 1), 256)}
+
+
+def blocking(shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1) -> dict[str, int]:
+    """mc/nc/kc for ``target``: one register tile per GPU thread where per-program memory is capped,
+    the CPU's cache blocking (evened out over ``workers``), else the work-group blocking."""
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    vw = target.vector_width(dtype)
+    if target.private_bytes is not None:
+        return block_limits(target, dtype)
+    if target.kind == "cpu":
+        return _blocking(dtype, m, n, k, vw, workers)
+    return _workgroup_blocking(dtype, m, n, k, vw)
+
+
+def launch(
+    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
+) -> Launch:
+    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))`` programs.
+
+    ``blocks`` overrides :func:`blocking` (for tuning and tests); on the CPU a problem under
+    2 MFLOP runs on one worker (waking more costs more than it saves).
+    """
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    workers = 1 if 2.0 * m * n * k < 2e6 else workers
+    blk = dict(blocks) if blocks else blocking(shape, dtype, target, workers)
+    if target.kind == "cpu":
+        _check_blocking(dtype, blk)
+    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
+    args = (buffer("A"), buffer("B"), output()) + tuple(
+        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
+    )
+    config = dict(
+        kernel=KERNEL, dtype=dtype, target=target.name, **tile_sizes(dtype, target.vector_width(dtype)), **blk
+    )
+    return Launch(KERNEL, args, grid, (m, n), config=config, workers=workers)
+
+
 def prepare_cpu(
     inputs: dict[str, np.ndarray],
     shape: dict[str, int],
@@ -243,31 +285,6 @@ def prepare_cpu(
     if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np_dtype or bm.dtype != np_dtype:
         raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of {np_dtype.__name__}")
     target = target or host_target()
-    compiled, fresh = get_or_compile(
-        (KERNEL, dtype, target.cache_key), lambda: build(target, dtype), target.cpu_name, target.features
-    )
-    vw = target.vector_width(dtype)
     threads = threads or default_threads()
-    if 2.0 * m * n * k < 2e6:
-        threads = 1  # waking workers costs more than it saves
-    blk = dict(blocking) if blocking else _blocking(dtype, m, n, k, vw, threads)
-    _check_blocking(dtype, blk)
-    out = np.zeros((m, n), dtype=np_dtype)
-    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n else (0, 0)
-    args = [ptr(a), ptr(bm), ptr(out), m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"]]
-    config: dict[str, Any] = dict(kernel=KERNEL, dtype=dtype, target=target.name, **tile_sizes(dtype, vw), **blk)
-    if k == 0:
-        grid = (0, 0)  # C stays all zeros
-    argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9
-    return PreparedKernel(
-        compiled,
-        KERNEL,
-        args,
-        argtypes,
-        grid,
-        threads,
-        out,
-        compiled.compile_s if fresh else 0.0,
-        config,
-        keepalive=(a, bm),
-    )
+    plan = launch(shape, dtype, target, threads, blocking)
+    return cpu_prepare(build, inputs, dtype, plan, threads, target)

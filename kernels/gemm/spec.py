@@ -7,7 +7,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
-from hwbench.core.kernel import Kernel, Shape, ShapeParam, Tolerance, seeded_uniform, sqrt_int
+from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
+
+TORCH_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp64")
+PYCLBLAST_MISSING = (
+    "pyclblast is not installed (pip install 'hwbench[clblast]'; "
+    "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)"
+)
 
 
 def _mnk(m: int, n: int, k: int) -> dict[str, int]:
@@ -44,6 +50,64 @@ class GEMM(Kernel):
             _mnk(128, 16384, 4096),
         ),
     }
+
+    sources = (
+        Source(
+            "opencl",
+            "opencl-c",
+            "opencl",
+            ("fp32", "fp64", "fp16"),
+            "OpenCL C: register-blocked vector tiles, one tile per work-item",
+        ),
+        Source(
+            "triton",
+            "triton",
+            "triton",
+            ("fp16", "bf16", "fp32", "tf32"),
+            "Triton gemm (kernels/gemm/triton.py), tuned over a small per-arch space",
+        ),
+        Source("llvm", "llvmlite", "llvm", ("fp32", "fp64"), "packed-panel register-blocked kernel in llvmlite IR"),
+    )
+    natives = {
+        "cpu": (
+            Native(
+                "numpy", "numpy", "NumPy matmul on its BLAS (OpenBLAS or MKL)", ("fp32", "fp64"), "natives:numpy_matmul"
+            ),
+        ),
+        "opencl": (
+            Native(
+                "clblast",
+                "clblast",
+                "CLBlast xGEMM through pyclblast",
+                ("fp32", "fp64", "fp16"),
+                "natives:clblast",
+                {"pyclblast": PYCLBLAST_MISSING},
+            ),
+        ),
+        "cuda": (
+            Native("torch_matmul", "cublas", "torch.matmul on cuBLAS", TORCH_DTYPES, "natives:torch_matmul"),
+            Native(
+                "cupy_matmul",
+                "cupy",
+                "cupy.matmul on cuBLAS",
+                ("fp16", "fp32", "fp64"),
+                "natives:cupy_matmul",
+                {"cupy": "CuPy is not installed (pip install cupy-cuda12x)"},
+            ),
+        ),
+        "rocm": (
+            Native(
+                "torch_matmul",
+                "rocblas/hipblaslt",
+                "torch.matmul on rocBLAS/hipBLASLt",
+                TORCH_DTYPES,
+                "natives:torch_matmul",
+            ),
+        ),
+    }
+
+    def output_shape(self, shape: Shape) -> tuple[int, ...]:
+        return (shape["M"], shape["N"])
 
     def flops(self, shape: Shape) -> float:
         return 2.0 * shape["M"] * shape["N"] * shape["K"]

@@ -13,11 +13,14 @@ Importing this module imports Triton: only backends and ``hwbench compile`` do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import triton
 import triton.language as tl
+
+from hwbench.core.kernel import Shape
 
 KERNEL = "gemm"
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
@@ -101,10 +104,6 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """Plain form for results records."""
         return {**self.constexprs(), **self.options()}
-
-
-def _wide(dtype: str) -> bool:
-    return dtype in ("fp32", "tf32")
 
 
 def configs(arch: str, dtype: str) -> list[Config]:
@@ -212,3 +211,13 @@ def launch(a: Any, b: Any, c: Any, dtype: str, config: Config) -> None:
         PRECISION=PRECISION[dtype],
         **config.options(),
     )
+
+
+def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
+    """Binding: the configurations a backend tunes over for one case (:func:`configs`)."""
+    return configs(arch, dtype)
+
+
+def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
+    """Binding: one launch on the case's device tensors ``A``, ``B`` into ``out``."""
+    launch(inputs["A"], inputs["B"], out, dtype, config)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 
-from hwbench.kernels.llvmir.jit import CompiledModule
+from hwbench.core.dtypes import storage_dtype
+from hwbench.core.launch import OUTPUT, Launch
+from hwbench.kernels.llvmir.jit import CompiledModule, get_or_compile
+from hwbench.kernels.llvmir.target import CPUTarget, LLVMTarget, host_target
 
 _HEAD = [ctypes.c_int64] * 5 + [ctypes.c_void_p]
 
@@ -160,3 +164,50 @@ def ptr(a: np.ndarray) -> int:
     if not a.flags.c_contiguous:
         raise ValueError("kernel operands must be C-contiguous")
     return a.ctypes.data
+
+
+#: ctypes of each scalar type a binding may pass.
+CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+def prepare(
+    build: Callable[[LLVMTarget, str], ir.Module],
+    inputs: Mapping[str, np.ndarray],
+    dtype: str,
+    plan: Launch,
+    threads: int | None = None,
+    target: CPUTarget | None = None,
+) -> PreparedKernel:
+    """Compile ``build(target, dtype)`` for the host (once per process) and bind it to ``inputs``
+    as ``plan`` says: buffers by name, a zeroed output of ``plan.output``, scalars by type, the
+    grid on at most ``threads`` workers (``plan.workers`` may lower it)."""
+    target = target or host_target()
+    key = (f"{build.__module__}.{build.__qualname__}", dtype, target.cache_key)
+    compiled, fresh = get_or_compile(key, lambda: build(target, dtype), target.cpu_name, target.features)
+    threads = min(threads or default_threads(), plan.workers or threads or default_threads())
+    host = storage_dtype(dtype)
+    for name in plan.buffers():
+        if name != OUTPUT and inputs[name].dtype != host:
+            raise ValueError(f"input {name} is {inputs[name].dtype}, not the {host} that {dtype} is held in")
+    out = np.zeros(plan.output, dtype=host)
+    args: list[Any] = []
+    types: list[Any] = []
+    for arg in plan.args:
+        if arg.buffer is not None:
+            args.append(ptr(out if arg.buffer == OUTPUT else inputs[arg.buffer]))
+            types.append(ctypes.c_void_p)
+        else:
+            args.append(arg.value)
+            types.append(CTYPES[arg.ctype])
+    return PreparedKernel(
+        compiled,
+        plan.entry,
+        args,
+        types,
+        plan.grid,
+        threads,
+        out,
+        compiled.compile_s if fresh else 0.0,
+        dict(plan.config),
+        keepalive=tuple(inputs.values()),
+    )

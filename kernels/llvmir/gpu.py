@@ -110,7 +110,7 @@ class GPUTarget(LLVMTarget):
     """Common lowering of a program grid onto GPU threads; vendors supply registers and ABI."""
 
     threads_per_block = 128
-    private_bytes = 8192  #: scratch a program may use (kernels size their tiles to this)
+    private_bytes: int = 8192  #: scratch a program may use (kernels size their tiles to this)
     private_addrspace = 0
     calling_convention = ""
     kind = ""  # "ptx" or "amdgcn"

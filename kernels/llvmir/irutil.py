@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
+from hwbench.core.dtypes import TABLE
+
 I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
@@ -20,16 +22,17 @@ F64 = ir.DoubleType()
 VOID = ir.VoidType()
 PTR = ir.PointerType()
 
-DTYPE_IR: dict[str, ir.Type] = {"fp32": F32, "fp64": F64}
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp64": 8}
+#: The element types the llvmlite kernels are written for, by their name in the dtype table.
+IR_TYPES: dict[str, ir.Type] = {"float": F32, "double": F64}
 
 
 def scalar_type(dtype: str) -> ir.Type:
-    """The LLVM scalar type for a dtype name ("fp32"/"fp64")."""
-    try:
-        return DTYPE_IR[dtype]
-    except KeyError:
-        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {tuple(DTYPE_IR)}") from None
+    """The LLVM scalar type of a dtype name (``fp32``, ``fp64``: those the kernels compute in)."""
+    found = TABLE.get(dtype)
+    if found is None or found.llvm not in IR_TYPES:
+        supported = tuple(name for name, d in TABLE.items() if d.llvm in IR_TYPES)
+        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {supported}")
+    return IR_TYPES[found.llvm]
 
 
 def i64(value: int) -> ir.Constant:
@@ -149,11 +152,6 @@ def masked_store(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir
 def imin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     """Signed integer minimum."""
     return builder.select(builder.icmp_signed("<", a, b), a, b)
-
-
-def imax(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
-    """Signed integer maximum."""
-    return builder.select(builder.icmp_signed(">", a, b), a, b)
 
 
 def ceil_div(builder: ir.IRBuilder, a: ir.Value, b: int) -> ir.Value:

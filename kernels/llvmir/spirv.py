@@ -18,15 +18,18 @@ Entry: ``name(ptr addrspace(1) workspace, i64 workspace_stride, args...)``, with
 
 from __future__ import annotations
 
+import importlib
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.irutil import DTYPE_BYTES, I32, I64, PTR, VOID, i64
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.kernel import get_kernel
+from hwbench.kernels.llvmir.irutil import I32, I64, PTR, VOID, i64
 from hwbench.kernels.llvmir.target import KernelBody, KernelContext, LLVMTarget
 
 if TYPE_CHECKING:
@@ -91,6 +94,7 @@ class SPIRVTarget(LLVMTarget):
     """OpenCL SPIR-V (``spirv64``) for a device with ``lanes`` fp32 SIMD lanes per work-item."""
 
     triple = TRIPLE
+    kind = "spirv"
 
     def __init__(self, lanes: int = 4) -> None:
         self.data_layout = str(_machine().target_data)
@@ -110,7 +114,7 @@ class SPIRVTarget(LLVMTarget):
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ws_global, stride = fn.args[:2]
         args = [b.addrspacecast(a, PTR) if a.type == GLOBAL else a for a in fn.args[2:]]
-        ctx = _SPIRVContext(self, b, workspace=None)  # type: ignore[arg-type]
+        ctx = _SPIRVContext(self, b, workspace=None)
         flat = b.add(
             b.mul(b.add(b.mul(ctx.program_id(2), ctx.num_programs(1)), ctx.program_id(1)), ctx.num_programs(0)),
             ctx.program_id(0),
@@ -232,10 +236,17 @@ def spirv_problem(binary: bytes) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip().splitlines()[0]
 
 
-def _build_here(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
-    import importlib
+def llvm_source(kernel: str) -> Any:
+    """The module of ``kernel``'s llvmlite source (its folder's ``Source`` in that language)."""
+    spec = get_kernel(kernel)
+    source = next((s for s in spec.sources if s.language == "llvmlite"), None)
+    if source is None:
+        raise RuntimeError(f"kernel {kernel} has no llvmlite source")
+    return importlib.import_module(spec.entry(source.module))
 
-    source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
+
+def _build_here(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
+    source = llvm_source(kernel)
     target = SPIRVTarget(lanes)
     return emit_spirv(source.build(target, dtype), target, source.KERNEL)
 
@@ -265,7 +276,7 @@ SPIRV_RETRIES = 3
 
 
 def build_spirv(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
-    """The llvmlite ``kernel`` (``gemm`` or ``attention``) in ``dtype`` as SPIR-V for ``lanes`` fp32 lanes.
+    """The llvmlite source of ``kernel`` (``gemm``, ``attention``, ...) in ``dtype`` as SPIR-V for ``lanes`` fp32 lanes.
 
     LLVM 22's SPIR-V backend occasionally emits a module with a duplicated result id
     ("Id N is defined more than once") for the same IR, depending on the process's memory

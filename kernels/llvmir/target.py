@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.irutil import DTYPE_BYTES, I64, PTR, VOID, for_range, i64
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.kernels.llvmir.irutil import I64, PTR, VOID, for_range, i64
 
 KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
 
@@ -62,6 +63,10 @@ class LLVMTarget(ABC):
     name: str
     triple: str
     data_layout: str
+    #: ``cpu``, ``spirv``, ``ptx`` or ``amdgcn``: kernels choose their blocking by it.
+    kind: str = ""
+    #: Bytes of scratch one program may use where the target caps it (a GPU thread), else None.
+    private_bytes: int | None = None
 
     @abstractmethod
     def vector_width(self, dtype: str) -> int:
@@ -152,6 +157,8 @@ class CPUTarget(LLVMTarget):
     Pointer arguments are marked ``noalias``: kernel buffers must not overlap.
     """
 
+    kind = "cpu"
+
     def __init__(self, cpu_name: str | None = None, features: str | None = None) -> None:
         import llvmlite.binding as llvm
 
@@ -227,12 +234,3 @@ class CPUTarget(LLVMTarget):
 def host_target() -> CPUTarget:
     """The host CPU target (built once per process)."""
     return CPUTarget()
-
-
-def __getattr__(name: str):
-    # The GPU targets live in .gpu (which imports this module); resolved lazily to avoid a cycle.
-    if name == "NVPTXTarget":
-        from hwbench.kernels.llvmir.gpu import NVPTXTarget
-
-        return NVPTXTarget
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
