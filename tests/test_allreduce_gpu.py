@@ -20,16 +20,15 @@ torch = pytest.importorskip("torch")
 from hwbench.backends.cuda import CUDABackend  # noqa: E402
 from hwbench.backends.rocm import ROCmBackend  # noqa: E402
 from hwbench.collective import gpu, run  # noqa: E402
+from hwbench.collective.dispatch import support  # noqa: E402
 from hwbench.collective.pattern import row_pattern, sum_pattern  # noqa: E402
-from hwbench.core.backend import DeviceInfo  # noqa: E402
+from hwbench.core.registry import implementations  # noqa: E402
 from hwbench.run.case import CaseRequest  # noqa: E402
-
-GPU = DeviceInfo("cuda", 0, "GPU", "NVIDIA", "gpu")
 
 
 def test_gpu_backends_list_nccl_and_triton_symm() -> None:
     for backend, library in ((CUDABackend(), "NCCL"), (ROCmBackend(), "RCCL")):
-        impls = {i.name: i for i in backend.implementations("allreduce")}
+        impls = {i.name: i for i in implementations(backend, "allreduce")}
         assert list(impls) == ["nccl", "triton_symm"]
         assert impls["nccl"].kind == "native" and library in impls["nccl"].description
         assert impls["triton_symm"].kind == "portable" and impls["triton_symm"].language == "triton"
@@ -40,10 +39,10 @@ def test_gpu_backends_list_nccl_and_triton_symm() -> None:
 def test_fewer_than_two_gpus_is_a_skip_saying_so(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     backend = CUDABackend()
-    for impl in backend.implementations("allreduce"):
+    for impl in implementations(backend, "allreduce"):
         if impl.language == "triton" and sys.modules.get("triton") is None:
             pytest.importorskip("triton")
-        verdict = backend.supports(impl, "fp32", GPU)
+        verdict = support(impl, "fp32", backend.name)
         assert not verdict.ok and verdict.reason == f"needs at least 2 GPUs, found {count}"
 
 
@@ -89,7 +88,7 @@ def _described(devices: int) -> list[dict]:
     backend = CUDABackend()
     impls = [
         {"name": i.name, "kind": i.kind, "language": i.language, "dtypes": list(i.dtypes)}
-        for i in backend.implementations("allreduce")
+        for i in implementations(backend, "allreduce")
     ]
     return [
         {

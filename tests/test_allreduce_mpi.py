@@ -141,11 +141,12 @@ def test_without_mpirun_the_cases_are_skipped_saying_why(tmp_path: Path, monkeyp
     why = mpi.missing()
     assert why.startswith("mpi4py is not installed") or why.startswith("mpirun is not on PATH")
     from hwbench.backends.cpu import CPUBackend
-    from hwbench.core.backend import DeviceInfo
+    from hwbench.collective.dispatch import support
+    from hwbench.core.registry import implementations
 
     backend = CPUBackend()
-    impl = next(i for i in backend.implementations("allreduce") if i.name == "mpi")
-    verdict = backend.supports(impl, "fp32", DeviceInfo("cpu", 0, "cpu", "", "cpu"))
+    impl = next(i for i in implementations(backend, "allreduce") if i.name == "mpi")
+    verdict = support(impl, "fp32", backend.name)
     assert not verdict.ok and verdict.reason == why
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
+from hwbench.decide.catalog import Catalog
+from hwbench.results.derive import add_metrics
 from hwbench.run.runner import Plan, execute
 from hwbench.run.timing import TimingConfig
 from hwbench.run.worker import Worker, WorkerDied
@@ -51,7 +53,7 @@ def _run_faulty() -> dict:
         timeout_s=4.0,
         timing=TimingConfig(warmup_s=0.0, budget_s=0.02, min_samples=3),
     )
-    return execute(plan, {"gemm": ("fp32",)}, {"gemm": [SHAPE]})
+    return execute(plan, {"gemm": ("fp32",)}, {"gemm": [SHAPE]}, finish=lambda doc: add_metrics(doc, Catalog.load()))
 
 
 def test_every_misbehaviour_becomes_its_record(faulty_doc: dict) -> None:

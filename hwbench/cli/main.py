@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from hwbench import __version__
+from hwbench.collective.run import run_collective
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import PROFILES, parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
+from hwbench.decide.catalog import Catalog
+from hwbench.results.derive import add_metrics
 
 #: Exit status when cases failed (compile_error, runtime_error, parity_failed, timeout, crashed).
 EXIT_FAILED_CASES = 1
@@ -248,12 +251,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     kernel_dtypes = {k: get_kernel(k).dtypes for k in kernels}
-    doc = execute(plan, kernel_dtypes, all_shapes, progress=None if args.quiet else ProgressLine())
-    if args.catalog:  # peaks and prices again, from the user's catalog over the shipped one
-        from hwbench.decide.catalog import Catalog
-        from hwbench.results.derive import add_metrics
-
-        add_metrics(doc, Catalog.load(args.catalog))
+    catalog = Catalog.load(args.catalog)
+    doc = execute(
+        plan,
+        kernel_dtypes,
+        all_shapes,
+        progress=None if args.quiet else ProgressLine(),
+        collective=run_collective,
+        finish=lambda doc: add_metrics(doc, catalog),
+    )
+    if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
         doc["run"]["catalog"] = str(args.catalog)
     saved = results.save(doc, results.free_path(out))
     print(summary(doc))

@@ -212,7 +212,7 @@ class TritonSymmAllReduce(GPUCollective):
         import torch
         import torch.distributed._symmetric_memory as symm_mem
 
-        from hwbench.kernels.allreduce import triton as kernel
+        from hwbench.kernels.allreduce import triton as kernel  # imports Triton, which is optional
 
         if world.local_size > kernel.MAX_RANKS:
             raise CollectiveError(
@@ -259,12 +259,3 @@ class TritonSymmAllReduce(GPUCollective):
 
     def close(self) -> None:
         self.handles, self.tensors = [], []
-
-
-def create_gpu(name: str, world: World, max_bytes: int, backend: str) -> Collective:
-    """The GPU implementation ``name`` on this rank."""
-    if name == "nccl":
-        return NcclAllReduce(world)
-    if name == "triton_symm":
-        return TritonSymmAllReduce(world, max_bytes)
-    raise CollectiveError(f"no AllReduce implementation '{name}' on {backend}")

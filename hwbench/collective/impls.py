@@ -8,6 +8,8 @@
   ranks with the same local rank, all-gather in shared memory).
 * ``mpi`` (native): ``MPI.COMM_WORLD.Allreduce`` through mpi4py (:mod:`.mpi`; ranks started by mpirun).
 * ``nccl`` and ``triton_symm`` on GPUs (:mod:`.gpu`): one rank per GPU.
+
+:mod:`.dispatch` creates the one a case names and says why one cannot run here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.collective.pattern import count_wrong, fill_periodic
-from hwbench.collective.shm import CollectiveError, Layout, Segment, ShmAllReduce, segment_name
+from hwbench.collective.shm import Layout, Segment, ShmAllReduce, segment_name
 from hwbench.collective.topology import World
 
 #: How a waiting rank passes time before it sleeps on the futex: CPU pauses, then sched_yield calls
@@ -205,22 +207,3 @@ class ShmPortableAllReduce(Collective):
         if self.segment is not None:
             self.segment.close()
             self.segment = None
-
-
-def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: str = "cpu") -> Collective:
-    """The implementation ``name`` of ``backend`` on this rank (set-up is collective: every rank calls it)."""
-    if backend in ("cuda", "rocm"):
-        from hwbench.collective.gpu import create_gpu
-
-        return create_gpu(name, world, max_bytes, backend)
-    if backend != "cpu":
-        raise CollectiveError(f"hwbench runs AllReduce on the cpu, cuda and rocm backends, not on {backend}", "skipped")
-    if name == "gloo":
-        return GlooAllReduce(world)
-    if name == "llvm_shm":
-        return ShmPortableAllReduce(world, max_bytes, timeout_s)
-    if name == "mpi":
-        from hwbench.collective.mpi import MpiAllReduce
-
-        return MpiAllReduce(world)
-    raise CollectiveError(f"no AllReduce implementation '{name}' on the CPU")

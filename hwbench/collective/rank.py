@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hwbench.collective.impls import Collective, create
+from hwbench.collective.dispatch import create
+from hwbench.collective.impls import Collective
 from hwbench.collective.mpi import MPI_ENV, finalize, rank_environment
 from hwbench.collective.shm import CollectiveError
 from hwbench.collective.sweep import run_case, to_record

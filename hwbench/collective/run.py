@@ -15,14 +15,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from hwbench.collective.dispatch import GPU_BACKENDS, support
 from hwbench.collective.launch import Launch
-from hwbench.collective.topology import joined_rank
+from hwbench.collective.rank import init_process_group, serve
+from hwbench.collective.topology import World, describe_rank, joined_rank
+from hwbench.core.backend import WallTimer
 from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.registry import get_backend, get_kernel, implementations
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.runner import fill_coordinates
 
 DEFAULT_DTYPE = "fp32"
-GPU_BACKENDS = ("cuda", "rocm")
 #: On GPUs a profile's sweep goes on by factors of 4 until its largest message is at least this.
 GPU_SWEEP_MIN_BYTES = 256 * 2**20
 Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
@@ -34,13 +37,9 @@ def expand(cases: list[CaseRequest]) -> list[CaseRequest]:
 
 
 def _support(case: CaseRequest, backends: list[dict[str, Any]]) -> str | None:
-    """Why ``case`` cannot run here, or None (asks the backend, with the worker's device description)."""
-    from hwbench.core.backend import DeviceInfo
-    from hwbench.core.registry import get_backend
-
-    backend = get_backend(case.backend)
-    impl = next((i for i in backend.implementations(case.kernel) if i.name == case.impl), None)
+    """Why ``case`` cannot run here, or None (with the worker's description of the backend)."""
     described: dict[str, Any] = next((b for b in backends if b["name"] == case.backend), {"devices": []})
+    impl = next((i for i in implementations(get_backend(case.backend), case.kernel) if i.name == case.impl), None)
     device = next((d for d in described["devices"] if d["index"] == case.device_index), None)
     if impl is None or device is None:
         return f"{case.backend} has no implementation '{case.impl}' or device {case.device_index}"
@@ -54,17 +53,13 @@ def _support(case: CaseRequest, backends: list[dict[str, Any]]) -> str | None:
             f"{case.shape['ranks']} ranks need one GPU each; {case.backend} has {len(described['devices'])} "
             "(use --ranks to match)"
         )
-    info = DeviceInfo(
-        case.backend, case.device_index, device["name"], device.get("vendor", ""), device.get("kind", "cpu")
-    )
-    verdict = backend.supports(impl, case.dtype, info)
+    verdict = support(impl, case.dtype, case.backend)
     return None if verdict.ok else verdict.reason
 
 
 def gpu_cases(cases: list[CaseRequest]) -> list[CaseRequest]:
     """GPU cases once per node (not per device), with a profile's sweep extended to GPU sizes."""
-    from hwbench.kernels.allreduce.spec import KERNEL
-
+    kernel = get_kernel("allreduce")
     cpu = [c for c in cases if c.backend not in GPU_BACKENDS]
     seen: dict[tuple[Any, ...], CaseRequest] = {}
     for c in cases:
@@ -72,7 +67,7 @@ def gpu_cases(cases: list[CaseRequest]) -> list[CaseRequest]:
             seen.setdefault((c.backend, c.impl, c.dtype, tuple(sorted(c.shape.items()))), c)
     gpu = list(seen.values())
     counts = sorted({c.shape["count"] for c in gpu})
-    if not counts or not any(counts == sorted({s["count"] for s in p}) for p in KERNEL.profiles.values()):
+    if not counts or not any(counts == sorted({s["count"] for s in p}) for p in kernel.profiles.values()):
         return cpu + gpu  # sizes the user chose (--shape): kept as they are
     grown = []
     for case in (c for c in gpu if c.shape["count"] == counts[-1]):
@@ -84,8 +79,6 @@ def gpu_cases(cases: list[CaseRequest]) -> list[CaseRequest]:
 
 
 def _job(cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    from hwbench.core.backend import WallTimer
-
     items: list[dict[str, Any]] = []
     max_bytes: dict[str, int] = {}
     for index, case in enumerate(cases):
@@ -170,9 +163,6 @@ def _run_joined(
 ) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
     """Rank 0 under torchrun: hand the job to every rank and run it here."""
     import torch.distributed as dist
-
-    from hwbench.collective.rank import init_process_group, serve
-    from hwbench.collective.topology import World, describe_rank
 
     world = World.from_env()
     init_process_group(world, timeout_s)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from hwbench.core.registry import get_kernel
-from hwbench.decide.catalog import Catalog, PriceQuote
 from hwbench.results import collectives as collective
 from hwbench.results import metrics
 
@@ -24,26 +24,32 @@ def _twin_key(record: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _peak(device: dict[str, Any] | None, dtype: str, catalog: Catalog) -> tuple[float | None, str | None]:
+class Reference(Protocol):
+    """What metrics are derived with: device peaks and prices (``hwbench.decide.catalog.Catalog``)."""
+
+    def device_peak(
+        self, name: str, own: Mapping[str, float] | None, dtype: str, method: str | None = None
+    ) -> tuple[float | None, str | None]: ...
+
+    def device_price(self, name: str) -> Any: ...
+
+
+def _peak(device: dict[str, Any] | None, dtype: str, reference: Reference) -> tuple[float | None, str | None]:
     if device is None:
         return None, None
-    own = (device.get("peak") or {}).get("tflops", {})
-    if dtype in own:
-        return float(own[dtype]), device["peak"].get("method")
-    key = catalog.match(device["name"])
-    found = catalog.peak(key, dtype) if key else None
-    if found is None:
-        return None, None
-    return found.tflops, f"datasheet {found.key} ({found.source}, {found.as_of})"
+    own = device.get("peak") or {}
+    return reference.device_peak(device["name"], own.get("tflops"), dtype, own.get("method"))
 
 
-def _price(doc: dict[str, Any], device: dict[str, Any] | None, catalog: Catalog) -> PriceQuote | None:
+def _price(doc: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> tuple[float, str] | None:
+    """USD per hour of one device and where the figure comes from: the run's price, else the catalog's."""
     given = doc["run"].get("price")
-    if given:
-        return PriceQuote(given["usd_per_hour"], given["source"], given["as_of"], given["basis"])
-    if device is None:
+    quote = given if given else (reference.device_price(device["name"]) if device is not None else None)
+    if not quote:
         return None
-    return catalog.price(catalog.match(device["name"]))
+    if isinstance(quote, dict):
+        return quote["usd_per_hour"], f"{quote['basis']}; {quote['source']}; as of {quote['as_of']}"
+    return quote.usd_per_hour, f"{quote.basis}; {quote.source}; as of {quote.as_of}"
 
 
 def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -64,9 +70,9 @@ def _host_native(
     return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == _twin_key(record)[2:]), None)
 
 
-def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
-    """Compute tflops, gbps, % of peak, porting overhead and TFLOPS per USD/hour in place."""
-    catalog = catalog or Catalog.load()
+def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
+    """Compute tflops, gbps, % of peak, porting overhead and TFLOPS per USD/hour in place,
+    with peaks and prices from ``catalog`` (where a device has no peak of its own)."""
     devices = _devices(doc)
     natives = _natives(doc["records"])
     for record in doc["records"]:
@@ -86,9 +92,9 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
                 "pct_peak": metrics.pct_of_peak(achieved, peak),
                 "peak_tflops": peak,
                 "peak_source": peak_source,
-                "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote.usd_per_hour if quote else None),
-                "usd_per_hour": quote.usd_per_hour if quote else None,
-                "price_source": f"{quote.basis}; {quote.source}; as of {quote.as_of}" if quote else None,
+                "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote[0] if quote else None),
+                "usd_per_hour": quote[0] if quote else None,
+                "price_source": quote[1] if quote else None,
                 "native_impl": None,
                 "porting_overhead": None,
             }
@@ -101,7 +107,7 @@ def add_metrics(doc: dict[str, Any], catalog: Catalog | None = None) -> None:
         if host is not None:
             out["host_native_impl"] = host["impl"]
             out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
-        if hasattr(kernel, "bus_factor"):
+        if kernel.spans_ranks:
             # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
             out.update(
                 collective.bandwidths(record, kernel),

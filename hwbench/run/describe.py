@@ -7,7 +7,7 @@ from typing import Any
 
 from hwbench.core.backend import DeviceInfo, Implementation
 from hwbench.core.host import host_info, settings, settings_warnings, software_info
-from hwbench.core.registry import get_backend, kernel_targets
+from hwbench.core.registry import get_backend, implementations, kernel_targets
 from hwbench.run.case import error_line
 
 
@@ -45,7 +45,7 @@ def describe_backend(name: str) -> dict[str, Any]:
         "implementations": {},
     }
     for kernel in kernel_targets():
-        answer["implementations"][kernel] = [impl_dict(i) for i in backend.implementations(kernel)]
+        answer["implementations"][kernel] = [impl_dict(i) for i in implementations(backend, kernel)]
     availability = backend.probe()
     answer["available"], answer["reason"] = availability.ok, availability.reason
     if not availability.ok:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwbench.core.host import hwbench_info
-from hwbench.results.derive import add_metrics
+from hwbench.core.kernel import get_kernel
 from hwbench.results.files import KIND, SCHEMA_VERSION
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.timing import TimingConfig
@@ -41,6 +41,11 @@ class Plan:
     command: list[str] = field(default_factory=list)
 
 
+#: Runs the cases of kernels that span ranks: records, whether interrupted, run-level facts.
+CollectiveRunner = Callable[
+    [list[CaseRequest], list[dict[str, Any]], float, "Progress | None", "list[str] | None"],
+    tuple[list[dict[str, Any]], bool, dict[str, Any]],
+]
 Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
 
 
@@ -183,8 +188,14 @@ def execute(
     shapes: Mapping[str, list[dict[str, int]]],
     progress: Progress | None = None,
     worker: Worker | None = None,
+    collective: CollectiveRunner | None = None,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``plan`` and return the results document (complete or marked incomplete)."""
+    """Run ``plan`` and return the results document (complete or marked incomplete).
+
+    Cases of kernels that span ranks go to ``collective`` (``hwbench.collective.run``);
+    ``finish`` completes the document before it is stamped finished (derived metrics).
+    """
     started = _now()
     own_worker = worker is None
     worker = worker or Worker()
@@ -227,16 +238,24 @@ def execute(
             {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
         ]
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
-        collective = [c for c in cases if c.kernel == "allreduce"]  # spans N processes: its own path
-        cases = [c for c in cases if c.kernel != "allreduce"]
+        spanning = [c for c in cases if get_kernel(c.kernel).spans_ranks]  # several processes: their own path
+        cases = [c for c in cases if not get_kernel(c.kernel).spans_ranks]
         records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
-        if collective and not interrupted:
-            from hwbench.collective.run import run_collective
-
-            more, interrupted, doc["collective"] = run_collective(
-                collective, backends, plan.timeout_s, progress, plan.dtypes
-            )
-            records += more
+        if spanning and not interrupted:
+            if collective is None:
+                records += [
+                    failed(
+                        fill_coordinates(base_record(c, None, None), backends),
+                        "skipped",
+                        "no runner for kernels that span ranks was given",
+                    )
+                    for c in spanning
+                ]
+            else:
+                more, interrupted, doc["collective"] = collective(
+                    spanning, backends, plan.timeout_s, progress, plan.dtypes
+                )
+                records += more
     except KeyboardInterrupt:
         worker.kill()
         interrupted = True
@@ -244,7 +263,8 @@ def execute(
         if own_worker:
             worker.kill()
     doc["records"] = records + skipped
-    add_metrics(doc)
+    if finish is not None:
+        finish(doc)
     doc["run"]["finished"] = _now()
     doc["run"]["incomplete"] = interrupted
     if interrupted:

@@ -67,12 +67,13 @@ def retime(record: dict[str, Any], factor: float) -> None:
 
 def derive(name: str, what: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Write ``name``: a copy of the base with ``edit`` applied and its metrics derived again."""
+    from hwbench.decide.catalog import Catalog
     from hwbench.results.derive import add_metrics
     from hwbench.results.files import dumps, validate
 
     doc = copy.deepcopy(json.loads(BASE.read_text()))
     edit(doc)
-    add_metrics(doc)
+    add_metrics(doc, Catalog.load())
     doc["run"]["id"] = doc["run"]["id"][:24] + hashlib.sha256(name.encode()).hexdigest()[:8]
     doc["warnings"] = [*doc.get("warnings", []), SYNTHETIC.format(what=what)]
     problems = validate(json.loads(dumps(doc)))
