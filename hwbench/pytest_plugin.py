@@ -29,6 +29,13 @@ from typing import Any
 
 import pytest
 
+from hwbench.core.backend import Prepared
+from hwbench.core.kernel import get_kernel
+from hwbench.decide.catalog import Catalog
+from hwbench.results import metrics
+from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseSkipped, Pipeline
+from hwbench.run.timing import TimingConfig
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -66,39 +73,20 @@ def _median(values: list[float]) -> float | None:
 
 def _peak_tflops(device: Any, dtype: str) -> float | None:
     """The device's own peak for ``dtype``, else the catalog's datasheet peak."""
-    from hwbench.decide.catalog import Catalog
-
-    own = device.peak.tflops if device.peak is not None else {}
-    if dtype in own:
-        return float(own[dtype])
-    catalog = Catalog.load()
-    key = catalog.match(device.name)
-    found = catalog.peak(key, dtype) if key else None
-    return found.tflops if found else None
+    own = device.peak.tflops if device.peak is not None else None
+    return Catalog.load().device_peak(device.name, own, dtype)[0]
 
 
-def _pick(backend: Any, kernel: str, impl: str) -> Any:
-    """The implementation named ``impl``, or the first of kind ``impl`` (portable/native)."""
-    impls = backend.implementations(kernel)
-    chosen = next((i for i in impls if i.name == impl), None) or next((i for i in impls if i.kind == impl), None)
-    if chosen is None:
-        names = ", ".join(f"{i.name} ({i.kind})" for i in impls) or "none"
-        pytest.skip(f"{backend.name} has no implementation '{impl}' of {kernel}; it has: {names}")
-    return chosen
-
-
-def _check(
-    prepared: Any, kernel: Any, inputs: Any, shape: dict[str, int], dtype: str, reference: Any
-) -> dict[str, Any]:
-    from hwbench.run import parity
-
-    prepared.run()
-    result = parity.check(prepared.result(), reference, kernel.tolerance(dtype, shape))
-    if not result.passed:
-        pytest.fail(f"parity failed: {result.reason}", pytrace=False)
-    found = asdict(result)
-    found.pop("reason")
-    return found
+def _checked(steps: Pipeline, case: Case) -> tuple[Prepared, dict[str, Any]]:
+    """The case prepared and run once, its output checked: a failure or a wrong output fails the test."""
+    try:
+        prepared = steps.prepare(case)
+        found, why = steps.parity(case, steps.first_output(prepared))
+    except CaseFailed as fail:
+        pytest.fail(f"{fail.status}: {fail.reason}", pytrace=False)
+    if why:
+        pytest.fail(f"parity failed: {why}", pytrace=False)
+    return prepared, found
 
 
 class HwbenchCase:
@@ -138,25 +126,15 @@ class HwbenchCase:
         ``native``: the first the backend lists). ``native_median_s`` gives the native's
         median yourself instead of timing it here; ``native=False`` skips the native.
         """
-        from hwbench.core.registry import get_backend, get_kernel
-        from hwbench.run.timing import TimingConfig, measure
-
-        bk, spec = get_backend(backend), get_kernel(kernel)
-        available = bk.probe()
-        if not available.ok:
-            pytest.skip(f"backend {backend} unavailable: {available.reason}")
-        devices = bk.devices()
-        if device >= len(devices):
-            pytest.skip(f"{backend} has no device {device} (it has {len(devices)})")
-        dev, chosen = devices[device], _pick(bk, kernel, impl)
-        support = bk.supports(chosen, dtype, dev)
-        if not support.ok:
-            pytest.skip(support.reason)
-        full_shape = spec.complete(dict(shape))
-        inputs = spec.make_inputs(full_shape, dtype, seed)
-        reference = spec.reference(inputs, full_shape)
-        prepared = bk.prepare(chosen, spec, inputs, full_shape, dtype, dev)
-        found_parity = _check(prepared, spec, inputs, full_shape, dtype, reference)
+        steps = Pipeline()
+        full_shape = get_kernel(kernel).complete(dict(shape))
+        request = CaseRequest(kernel, impl, backend, device, dtype, full_shape, seed)
+        try:
+            case = steps.resolve(request, probe=True, by_kind=True)
+        except CaseSkipped as skip:
+            pytest.skip(str(skip))
+        prepared, found_parity = _checked(steps, case)
+        bk, spec, dev, chosen = case.backend, case.kernel, case.device, case.impl
 
         timer, flusher = bk.timer(dev), bk.flush(dev) if flush else None
         samples: list[float] = []
@@ -173,14 +151,13 @@ class HwbenchCase:
         native_impl = None
         # Under --benchmark-disable (a smoke run) nothing is recorded: the native is not timed.
         if chosen.kind == "portable" and (native or native_median_s is not None) and not benchmark.disabled:
-            twin = next((i for i in bk.implementations(kernel) if i.kind == "native"), None)
-            if twin is not None and bk.supports(twin, dtype, dev).ok:
-                native_impl = twin.name
+            twin = steps.native_twin(case)
+            if twin is not None:
+                native_impl = twin.impl.name
                 if native_median_s is None:
-                    other = bk.prepare(twin, spec, inputs, full_shape, dtype, dev)
-                    _check(other, spec, inputs, full_shape, dtype, reference)
+                    other, _ = _checked(steps, twin)
                     config = TimingConfig(warmup_s=native_budget_s / 5, budget_s=native_budget_s, flush=flush)
-                    native_median_s = _median(measure(other.run, timer, flusher, config).samples)
+                    native_median_s = _median(steps.time(twin, other, config).samples)
         result = _result(
             kernel,
             chosen,
@@ -215,8 +192,6 @@ def _result(
     native_impl: str | None,
     native_median_s: float | None,
 ) -> CaseResult:
-    from hwbench.results import metrics
-
     achieved = metrics.tflops(flops, median) if median else None
     overhead = (
         metrics.porting_overhead(native_median_s, median) if (median and native_median_s and native_impl) else None

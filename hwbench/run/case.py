@@ -1,6 +1,9 @@
-"""One case, end to end: inputs, compile, run, parity against float64, then timing.
+"""One case, end to end, in the one pipeline every caller uses: resolve, inputs, prepare, first
+output, parity against float64, timing.
 
-This runs inside the worker process; everything it returns is plain JSON-ready data.
+The worker (:class:`CaseRunner`, turning each step's failure into a record's status), the
+pytest plugin and the startup probe's child each call these steps; they differ only in what
+they do between them (the plugin times through pytest-benchmark, the probe stamps the clock).
 """
 
 from __future__ import annotations
@@ -10,13 +13,15 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hwbench.core.backend import Backend, DeviceInfo, Implementation
+import numpy as np
+
+from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
 from hwbench.core.registry import get_backend, get_kernel
 from hwbench.run import parity as parity_mod
 from hwbench.run.stats import stability_warnings, summarize
-from hwbench.run.timing import TimingConfig, measure
+from hwbench.run.timing import Timing, TimingConfig, measure
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,37 @@ class CaseRequest:
     def key(self) -> tuple[Any, ...]:
         """Identity of the inputs this case uses (cases sharing it share inputs and reference)."""
         return (self.kernel, tuple(sorted(self.shape.items())), self.dtype, self.seed)
+
+
+class CaseSkipped(Exception):
+    """The case cannot run here; the message says why (a ``skipped`` record)."""
+
+
+class CaseFailed(Exception):
+    """A step of the case failed: ``status`` is compile_error or runtime_error, ``reason`` says how."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class Case:
+    """A request resolved against its backend: what the steps work with."""
+
+    request: CaseRequest
+    backend: Backend
+    kernel: Kernel
+    impl: Implementation
+    device: DeviceInfo
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return self.request.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.request.dtype
 
 
 def empty_parity() -> dict[str, Any]:
@@ -86,110 +122,176 @@ def error_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {message[:600]}{where}"
 
 
-class CaseRunner:
-    """Runs cases in this process, reusing inputs and the reference across implementations."""
+def timing_fields(timing: Timing) -> dict[str, Any]:
+    """A record's ``timing`` section from timed samples."""
+    s = summarize(timing.samples)
+    return {
+        "median_s": s.median,
+        "iqr_s": s.iqr,
+        "q1_s": s.q1,
+        "q3_s": s.q3,
+        "mean_s": s.mean,
+        "std_s": s.std,
+        "cv": s.cv,
+        "min_s": s.min,
+        "max_s": s.max,
+        "p99_s": s.p99,
+        "n": s.n,
+        "timer": timing.timer,
+        "resolution_s": timing.resolution_s,
+        "flushed": timing.flushed,
+        "warmup": timing.warmup,
+        "stopped_by": timing.stopped_by,
+        "samples_s": timing.samples,
+    }
+
+
+class Pipeline:
+    """The steps of a case; devices, inputs and the reference are kept for the next case."""
 
     def __init__(self) -> None:
-        self._cached_key: tuple[Any, ...] | None = None
-        self._cached: tuple[dict[str, Any], Any] | None = None
         self._devices: dict[str, list[DeviceInfo]] = {}
+        self._inputs: tuple[tuple[Any, ...], dict[str, np.ndarray]] | None = None
+        self._reference: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     def devices(self, backend: Backend) -> list[DeviceInfo]:
+        """The backend's devices (listed once)."""
         if backend.name not in self._devices:
             self._devices[backend.name] = backend.devices()
         return self._devices[backend.name]
 
-    def _inputs(self, kernel: Kernel, case: CaseRequest) -> tuple[dict[str, Any], Any]:
-        if self._cached_key != case.key():
-            self._cached = None  # free the old arrays before making new ones
-            inputs = kernel.make_inputs(case.shape, case.dtype, case.seed)
-            self._cached = (inputs, kernel.reference(inputs, case.shape))
-            self._cached_key = case.key()
-        assert self._cached is not None
-        return self._cached
-
-    def run(self, case: CaseRequest) -> dict[str, Any]:
-        """The record of ``case``; every failure becomes a status, never an exception."""
-        backend, kernel = get_backend(case.backend), get_kernel(case.kernel)
-        impl = next((i for i in backend.implementations(case.kernel) if i.name == case.impl), None)
+    def resolve(self, request: CaseRequest, probe: bool = False, by_kind: bool = False) -> Case:
+        """The backend, kernel, implementation and device of ``request``; CaseSkipped when one is
+        missing or cannot run the dtype. ``probe`` checks the backend is available first;
+        ``by_kind`` lets ``request.impl`` be ``portable`` or ``native`` (the first listed)."""
+        backend, kernel = get_backend(request.backend), get_kernel(request.kernel)
+        if probe:
+            available = backend.probe()
+            if not available.ok:
+                raise CaseSkipped(f"backend {request.backend} unavailable: {available.reason}")
+        impls = backend.implementations(request.kernel)
+        impl = next((i for i in impls if i.name == request.impl), None)
+        if impl is None and by_kind:
+            impl = next((i for i in impls if i.kind == request.impl), None)
+        if impl is None:
+            names = ", ".join(f"{i.name} ({i.kind})" for i in impls) or "none"
+            raise CaseSkipped(
+                f"{request.backend} has no implementation '{request.impl}' of {request.kernel}; it has: {names}"
+            )
         devices = self.devices(backend)
-        device = devices[case.device_index] if case.device_index < len(devices) else None
-        record = base_record(case, impl, device)
-        if impl is None or device is None:
-            return failed(
-                record, "skipped", f"{case.backend} has no implementation '{case.impl}' or device {case.device_index}"
-            )
-        support = backend.supports(impl, case.dtype, device)
+        if not 0 <= request.device_index < len(devices):
+            raise CaseSkipped(f"{request.backend} has no device {request.device_index} (it has {len(devices)})")
+        device = devices[request.device_index]
+        support = backend.supports(impl, request.dtype, device)
         if not support.ok:
-            return failed(record, "skipped", support.reason)
-        need, free = kernel.memory_bytes(case.shape, case.dtype), memory_available()
-        if free is not None and need > free:
-            return failed(
-                record,
-                "skipped",
-                f"needs about {need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB available",
-            )
-        try:
-            inputs, reference = self._inputs(kernel, case)
-        except MemoryError:
-            return failed(record, "skipped", "out of host memory building inputs and the float64 reference")
-        return self._run_prepared(record, backend, kernel, impl, device, case, inputs, reference)
+            raise CaseSkipped(support.reason)
+        return Case(request, backend, kernel, impl, device)
 
-    def _run_prepared(
-        self,
-        record: dict[str, Any],
-        backend: Backend,
-        kernel: Kernel,
-        impl: Implementation,
-        device: DeviceInfo,
-        case: CaseRequest,
-        inputs: Any,
-        reference: Any,
-    ) -> dict[str, Any]:
-        start = time.perf_counter()
+    def native_twin(self, case: Case) -> Case | None:
+        """The case of the first native the backend lists, where it can run the same dtype."""
+        twin = next((i for i in case.backend.implementations(case.kernel.name) if i.kind == "native"), None)
+        if twin is None or not case.backend.supports(twin, case.dtype, case.device).ok:
+            return None
+        return Case(
+            CaseRequest(**{**asdict(case.request), "impl": twin.name}), case.backend, case.kernel, twin, case.device
+        )
+
+    def inputs(self, case: Case) -> dict[str, np.ndarray]:
+        """The case's inputs (shared with the previous case when the same); CaseSkipped when
+        host memory cannot hold them and their float64 reference."""
+        key = case.request.key()
+        if self._inputs is None or self._inputs[0] != key:
+            need, free = case.kernel.memory_bytes(case.shape, case.dtype), memory_available()
+            if free is not None and need > free:
+                raise CaseSkipped(
+                    f"needs about {need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB available"
+                )
+            self._inputs = self._reference = None  # free the old arrays before making new ones
+            try:
+                self._inputs = (key, case.kernel.make_inputs(case.shape, case.dtype, case.request.seed))
+            except MemoryError:
+                raise CaseSkipped("out of host memory building inputs and the float64 reference") from None
+        return self._inputs[1]
+
+    def reference(self, case: Case) -> np.ndarray:
+        """The float64 reference of the case's inputs (computed once per inputs)."""
+        key = case.request.key()
+        if self._reference is None or self._reference[0] != key:
+            try:
+                self._reference = (key, case.kernel.reference(self.inputs(case), case.shape))
+            except MemoryError:
+                raise CaseSkipped("out of host memory building inputs and the float64 reference") from None
+        return self._reference[1]
+
+    def prepare(self, case: Case) -> Prepared:
+        """Inputs on the device, code compiled, output allocated; CaseFailed on rejection."""
+        inputs = self.inputs(case)
         try:
-            prepared = backend.prepare(impl, kernel, inputs, case.shape, case.dtype, device)
-        except backend.compile_errors() as exc:
-            return failed(record, "compile_error", error_line(exc))
+            return case.backend.prepare(case.impl, case.kernel, inputs, case.shape, case.dtype, case.device)
+        except case.backend.compile_errors() as exc:
+            raise CaseFailed("compile_error", error_line(exc)) from exc
         except Exception as exc:
-            return failed(record, "runtime_error", f"preparing the case failed: {error_line(exc)}")
-        record["compile_s"] = prepared.compile_s
-        record["config"] = dict(prepared.config)
+            raise CaseFailed("runtime_error", f"preparing the case failed: {error_line(exc)}") from exc
+
+    @staticmethod
+    def first_output(prepared: Prepared) -> np.ndarray:
+        """Run once and bring the output to the host; CaseFailed when that fails."""
         try:
             prepared.run()
-            output = prepared.result()
+            return prepared.result()
         except Exception as exc:
-            return failed(record, "runtime_error", error_line(exc))
-        result = parity_mod.check(output, reference, kernel.tolerance(case.dtype, case.shape))
-        record["parity"] = {**asdict(result)}
-        record["parity"].pop("reason")
-        record["parity"]["exact"] = kernel.tolerance(case.dtype, case.shape).exact
-        if not result.passed:
-            return failed(record, "parity_failed", result.reason)
+            raise CaseFailed("runtime_error", error_line(exc)) from exc
+
+    def parity(self, case: Case, output: np.ndarray) -> tuple[dict[str, Any], str]:
+        """The record's ``parity`` section for ``output``, and why it failed (empty when it passed)."""
+        tolerance = case.kernel.tolerance(case.dtype, case.shape)
+        result = parity_mod.check(output, self.reference(case), tolerance)
+        found = asdict(result)
+        why = found.pop("reason")
+        found["exact"] = tolerance.exact
+        return found, "" if result.passed else why
+
+    @staticmethod
+    def time(case: Case, prepared: Prepared, config: TimingConfig) -> Timing:
+        """Timed calls on the backend's timer after its flush; CaseFailed when a call fails."""
         try:
-            timing = measure(prepared.run, backend.timer(device), backend.flush(device), TimingConfig(**case.timing))
+            return measure(prepared.run, case.backend.timer(case.device), case.backend.flush(case.device), config)
         except Exception as exc:
-            return failed(record, "runtime_error", f"while timing: {error_line(exc)}")
-        summary = summarize(timing.samples)
-        record["timing"] = {
-            "median_s": summary.median,
-            "iqr_s": summary.iqr,
-            "q1_s": summary.q1,
-            "q3_s": summary.q3,
-            "mean_s": summary.mean,
-            "std_s": summary.std,
-            "cv": summary.cv,
-            "min_s": summary.min,
-            "max_s": summary.max,
-            "p99_s": summary.p99,
-            "n": summary.n,
-            "timer": timing.timer,
-            "resolution_s": timing.resolution_s,
-            "flushed": timing.flushed,
-            "warmup": timing.warmup,
-            "stopped_by": timing.stopped_by,
-            "samples_s": timing.samples,
-        }
-        record["warnings"] = stability_warnings(summary, timing.resolution_s)
+            raise CaseFailed("runtime_error", f"while timing: {error_line(exc)}") from exc
+
+
+class CaseRunner:
+    """Runs cases in the worker process: each step of the :class:`Pipeline`, every failure a status."""
+
+    def __init__(self) -> None:
+        self.pipeline = Pipeline()
+
+    def devices(self, backend: Backend) -> list[DeviceInfo]:
+        """The backend's devices (listed once)."""
+        return self.pipeline.devices(backend)
+
+    def run(self, request: CaseRequest) -> dict[str, Any]:
+        """The record of ``request``; every failure becomes a status, never an exception."""
+        steps = self.pipeline
+        backend = get_backend(request.backend)
+        impl = next((i for i in backend.implementations(request.kernel) if i.name == request.impl), None)
+        devices = steps.devices(backend)
+        device = devices[request.device_index] if 0 <= request.device_index < len(devices) else None
+        record = base_record(request, impl, device)
+        start = time.perf_counter()
+        try:
+            case = steps.resolve(request)
+            prepared = steps.prepare(case)
+            record["compile_s"], record["config"] = prepared.compile_s, dict(prepared.config)
+            record["parity"], why = steps.parity(case, steps.first_output(prepared))
+            if why:
+                return failed(record, "parity_failed", why)
+            timing = steps.time(case, prepared, TimingConfig(**request.timing))
+        except CaseSkipped as skip:
+            return failed(record, "skipped", str(skip))
+        except CaseFailed as fail:
+            return failed(record, fail.status, fail.reason)
+        record["timing"] = timing_fields(timing)
+        record["warnings"] = stability_warnings(summarize(timing.samples), timing.resolution_s)
         record["wall_s"] = time.perf_counter() - start
         return record

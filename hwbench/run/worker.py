@@ -95,7 +95,8 @@ class Worker:
                 raise WorkerDied("crashed", self._death_reason())
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def _death_reason(self) -> str:
         assert self._proc is not None
