@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Set up (ci/setup.sh), then run the whole test suite; any failure, or no test at all, fails.
+# Set up (ci/setup.sh), check lint, format and types, then run the whole test suite; any
+# failure, or no test at all, fails.
 # The benchmark suite runs once per case as a smoke test (--benchmark-disable); to measure,
 # run `pytest tests/benchmarks --benchmark-only`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/python ci/typecheck.py
 export TMPDIR="${TMPDIR:-/tmp}"
 .venv/bin/python -m pytest tests -p no:cacheprovider --benchmark-disable --timeout 900 -q "$@"

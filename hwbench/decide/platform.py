@@ -24,12 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.core.errors import UserError
+from hwbench.core.loading import tomllib
 from hwbench.results.checked import Loaded, load_checked
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 KEYS = {
     "name": str,

@@ -16,11 +16,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.errors import UserError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from hwbench.core.loading import tomllib
 
 #: Every dimension hwbench can score, in display order.
 DIMENSIONS = ("compute_density", "network", "storage", "time_to_first_step", "recovery")
