@@ -14,6 +14,8 @@ import platform
 import time
 from dataclasses import dataclass
 
+from hwbench.kernels.llvmir.jit import compile_module
+
 ADDS_PER_ITERATION = 200
 FMA_CHAINS = 16
 
@@ -112,8 +114,6 @@ def measure_peak(cores: int, lanes_fp32: int, vector_isa: str) -> CPUPeak:
     import ctypes
 
     import numpy as np
-
-    from hwbench.kernels.llvmir.jit import compile_module
 
     asm = _add_chain_asm()
     if asm is None:

@@ -1,7 +1,13 @@
-"""AllReduce across processes: launch or join ranks, native and portable implementations, sweep.
+"""Kernels that span ranks (AllReduce): launch or join ranks, native and portable
+implementations, the nccl-tests-style sweep.
 
-``run.run_collective`` is what the runner calls for every ``allreduce`` case; ``rank`` is
-each rank's entry point, ``launch`` starts and watches local ranks, ``shm`` is the shared
-memory transport of the portable CPU AllReduce, ``impls`` the implementations, ``sweep``
-the measurement and ``summary`` the run-level figures (small-message latency, peak busbw).
+``run.run_collective`` is the collective runner ``hwbench run`` hands the runner for those
+kernels' cases; ``rank`` is each rank's entry point, ``launch`` starts and watches local
+ranks, ``torchrun`` joins a torchrun world, ``dispatch`` creates the implementation a case
+names (``impls``, ``gpu``, ``mpi``) and says why one cannot run here, ``shm`` is the shared
+memory transport of the portable CPU AllReduce and ``sweep`` the measurement. The run-level
+figures (small-message latency, peak busbw) are ``hwbench.results.collectives``.
+
+May import: ``hwbench.core``, ``hwbench.kernels`` (the allreduce kernel's sources) and
+``hwbench.run``; torch, mpi4py and Triton inside functions.
 """

@@ -54,7 +54,7 @@ class Layout:
     slot_bytes: int = ONESHOT_MAX_BYTES
 
     def __post_init__(self) -> None:
-        from hwbench.kernels.allreduce.llvm import MAX_LOCAL_RANKS
+        from hwbench.kernels.allreduce.llvm import MAX_LOCAL_RANKS  # llvmlite, optional: only when used
 
         if not 1 <= self.ranks <= MAX_LOCAL_RANKS:
             raise CollectiveError(
@@ -63,7 +63,7 @@ class Layout:
 
     @property
     def slots(self) -> int:
-        from hwbench.kernels.allreduce.llvm import CONTROL_BYTES
+        from hwbench.kernels.allreduce.llvm import CONTROL_BYTES  # llvmlite, optional: only when used
 
         return CONTROL_BYTES
 
@@ -134,7 +134,7 @@ class ShmAllReduce:
     def __init__(
         self, segment: Segment, layout: Layout, rank: int, timeout_s: float, spins: int = 200, yields: int = 4
     ) -> None:
-        from hwbench.kernels.allreduce import llvm as kernels
+        from hwbench.kernels.allreduce import llvm as kernels  # llvmlite, optional: only when used
 
         self.segment, self.layout, self.rank = segment, layout, rank
         self._kernels = kernels

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwbench.collective.shm import CollectiveError
+from hwbench.core.host import cpu_info
 
 #: Set by hwbench's launcher: names the shared segments of one launch (swept at its end).
 TOKEN_ENV = "HWBENCH_AR_TOKEN"
@@ -93,8 +94,6 @@ class World:
 
 def describe_rank(world: World, gpu: bool = False) -> dict[str, Any]:
     """This rank's host and device (its GPU when ``gpu``), for the results file's list of participants."""
-    from hwbench.core.host import cpu_info
-
     cpu = cpu_info()
     device = f"{cpu['model']} ({cpu['cores']} cores)"
     if gpu:

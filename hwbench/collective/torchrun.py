@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+from hwbench.collective.rank import follow
 from hwbench.collective.topology import joined_rank
 from hwbench.core.errors import UserError
 
@@ -22,8 +23,6 @@ def follow_if_joined(args: argparse.Namespace) -> int | None:
     _exit_with_launcher()
     if rank == 0:
         return None
-    from hwbench.collective.rank import follow
-
     return follow(args.timeout)
 
 

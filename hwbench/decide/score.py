@@ -17,6 +17,7 @@ from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
 from hwbench.decide.weights import Dimension
 from hwbench.results.checked import Loaded
+from hwbench.results.collectives import small_message_latency
 
 SIXTEEN_BIT = ("bf16", "fp16")
 ACCELERATOR_KINDS = ("gpu", "accelerator")
@@ -108,8 +109,6 @@ def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw
 def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
     """Small-message AllReduce latency (ms), as the run summary defines it: the best implementation's
     slowest p50 over messages of at most ``max_message_bytes``, among the records with the most ranks."""
-    from hwbench.results.collectives import small_message_latency
-
     limit = int(dim.options.get("max_message_bytes", 1024))
     located = {id(record): (loaded, index) for loaded in platform.results for index, record in _ok(loaded, "allreduce")}
     records = [record for loaded in platform.results for _, record in _ok(loaded, "allreduce")]

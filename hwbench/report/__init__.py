@@ -2,6 +2,9 @@
 
 :func:`build` turns loaded results documents into the page; ``hwbench report`` writes it.
 Every section reads its data defensively and says "no data" (and why) where a file lacks it.
+
+May import: ``hwbench.core``, ``hwbench.results`` and ``hwbench.decide`` (the catalog); nothing
+from the network, no script in the page.
 """
 
 from __future__ import annotations

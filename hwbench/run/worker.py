@@ -19,6 +19,9 @@ import tempfile
 import time
 from typing import Any
 
+from hwbench.run.case import CaseRequest, CaseRunner, error_line
+from hwbench.run.describe import describe_backend, describe_host
+
 #: Exit code a child uses for "asked to stop".
 _CLEAN_EXIT = 0
 
@@ -163,8 +166,6 @@ class Worker:
 
 def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
     """Answer one request inside the child."""
-    from hwbench.run.case import CaseRequest, error_line
-    from hwbench.run.describe import describe_backend, describe_host
 
     op = message.get("op")
     try:
@@ -181,8 +182,6 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Child entry point: read requests on stdin, answer on the fd named in argv."""
-    from hwbench.run.case import CaseRunner
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C
     answers = os.fdopen(int(argv[0]), "wb", buffering=0)
     runner = CaseRunner()

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
+from hwbench.core.errors import UserError
 from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
 
 
@@ -107,8 +108,6 @@ class Attention(Kernel):
         if shape["seq_k"] == 0:
             shape["seq_k"] = shape["seq_q"]
         if shape["causal"] not in (0, 1):
-            from hwbench.core.errors import UserError
-
             raise UserError(f"attention causal={shape['causal']}: use 0 or 1")
         return shape
 

@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.kernels.llvmir.irutil import I64, PTR, VOID, for_range, i64
+from hwbench.kernels.llvmir.jit import ensure_llvm_initialized
 
 KernelBody = Callable[["KernelContext", list[ir.Argument]], None]
 
@@ -161,8 +162,6 @@ class CPUTarget(LLVMTarget):
 
     def __init__(self, cpu_name: str | None = None, features: str | None = None) -> None:
         import llvmlite.binding as llvm
-
-        from hwbench.kernels.llvmir.jit import ensure_llvm_initialized
 
         ensure_llvm_initialized()
         self.cpu_name = cpu_name or llvm.get_host_cpu_name()
