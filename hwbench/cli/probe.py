@@ -20,9 +20,10 @@ from typing import Any
 
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
+from hwbench.core.host import describe_host
 from hwbench.core.kernel import parse_shape_arg
+from hwbench.core.records import default_out, failed, new_document, new_record, now
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
-from hwbench.probes.documents import default_out, new_document, now
 from hwbench.probes.storage import IODEPTH
 from hwbench.results import files as results
 from hwbench.results.tables import summary
@@ -106,7 +107,6 @@ def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[st
 
 
 def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    from hwbench.probes.documents import new_record
     from hwbench.probes.startup import startup_record
 
     backend = _choose_backend(args.backend, DESCRIBE_TIMEOUT_S)
@@ -120,19 +120,22 @@ def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, An
             if device is None
             else f"{backend['name']} has no GEMM implementation"
         )
-        records = []
-        for warm in (0, 1):
-            record = new_record(
-                "startup",
-                request["impl"],
-                backend["name"],
-                device,
-                request["dtype"],
-                {**request["shape"], "warm_cache": warm},
-                args.device,
+        return [
+            failed(
+                new_record(
+                    "startup",
+                    request["impl"],
+                    backend["name"],
+                    args.device,
+                    request["dtype"],
+                    {**request["shape"], "warm_cache": warm},
+                    device=device,
+                ),
+                "skipped",
+                why,
             )
-            records.append({**record, "status": "skipped", "reason": why})
-        return records
+            for warm in (0, 1)
+        ]
     return [startup_record(request, device, warm, args.repeat, args.timeout) for warm in (False, True)]
 
 
@@ -156,10 +159,10 @@ def _figures(records: list[dict[str, Any]]) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Run the probe, write its results file, print the table; 1 when the probe failed."""
-    out = args.out or default_out(args.probe)
+    out = args.out or default_out(f"probe-{args.probe}")
     if out.exists():
         raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")
-    doc = new_document()
+    doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
         from hwbench.probes.storage import parse_size, run_storage
 
