@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from hwbench.cli.options import fresh_out
 from hwbench.compile.jobs import IMPLS, KERNELS, compile_document, parse_targets, plan_jobs, run_jobs
 from hwbench.compile.stats import summary_lines
-from hwbench.core.errors import UserError
-from hwbench.core.records import default_out, now
+from hwbench.core.records import now
 from hwbench.core.registry import parse_names
 from hwbench.results.files import save
 
@@ -56,9 +56,7 @@ def main(args: argparse.Namespace) -> int:
     targets = parse_targets(args.target)
     kernels = parse_names(args.kernel, list(KERNELS), "--kernel", known_label="known")
     impls = parse_names(args.impl, list(IMPLS), "--impl", known_label="known")
-    out = args.out or default_out("compile")
-    if out.exists():
-        raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")
+    out = fresh_out(args.out, "compile")
     started = now()
     t0 = time.perf_counter()
     jobs = plan_jobs(targets, kernels, impls)

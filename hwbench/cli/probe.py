@@ -18,11 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hwbench.cli.options import fresh_out
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.kernel import parse_shape_arg
-from hwbench.core.records import default_out, failed, new_document, new_record, now
+from hwbench.core.records import failed, new_document, new_record, now
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
 from hwbench.probes.storage import IODEPTH
 from hwbench.results import files as results
@@ -159,9 +160,7 @@ def _figures(records: list[dict[str, Any]]) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Run the probe, write its results file, print the table; 1 when the probe failed."""
-    out = args.out or default_out(f"probe-{args.probe}")
-    if out.exists():
-        raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")
+    out = fresh_out(args.out, f"probe-{args.probe}")
     doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
         from hwbench.probes.storage import parse_size, run_storage
