@@ -163,7 +163,7 @@ def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:
 
 
 def test_compile_runs_in_children_and_records_crashes() -> None:
-    from hwbench.cli.compile import run_jobs
+    from hwbench.compile.jobs import run_jobs
 
     records = run_jobs([{"arch": "sm_90", "kernel": "nonexistent", "impl": "llvm", "variant": "fp32"}], 1)
     assert len(records) == 1 and records[0]["status"] == "crashed"

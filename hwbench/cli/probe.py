@@ -18,14 +18,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hwbench.cli.options import fresh_out
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
+from hwbench.core.host import describe_host
 from hwbench.core.kernel import parse_shape_arg
+from hwbench.core.records import failed, new_document, new_record, now
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
-from hwbench.probes.documents import default_out, new_document, now
-from hwbench.probes.storage import IODEPTH
+from hwbench.probes.startup import startup_record
+from hwbench.probes.storage import IODEPTH, parse_size, run_storage
 from hwbench.results import files as results
 from hwbench.results.tables import summary
+from hwbench.run.runner import describe_all
+from hwbench.run.worker import Worker
 
 HELP = "probe storage (fio) or time to first step, writing a results file for `hwbench score`"
 EXIT_FAILED = 1
@@ -57,9 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _describe(names: list[str], timeout: float) -> list[dict[str, Any]]:
-    from hwbench.run.runner import describe_all
-    from hwbench.run.worker import Worker
-
     with Worker() as worker:
         return describe_all(worker, names, timeout)
 
@@ -106,9 +108,6 @@ def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[st
 
 
 def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    from hwbench.probes.documents import new_record
-    from hwbench.probes.startup import startup_record
-
     backend = _choose_backend(args.backend, DESCRIBE_TIMEOUT_S)
     doc["backends"] = [{k: backend.get(k) for k in ("name", "available", "reason", "devices", "environment")}]
     request, device = _request(args, backend)
@@ -120,19 +119,22 @@ def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, An
             if device is None
             else f"{backend['name']} has no GEMM implementation"
         )
-        records = []
-        for warm in (0, 1):
-            record = new_record(
-                "startup",
-                request["impl"],
-                backend["name"],
-                device,
-                request["dtype"],
-                {**request["shape"], "warm_cache": warm},
-                args.device,
+        return [
+            failed(
+                new_record(
+                    "startup",
+                    request["impl"],
+                    backend["name"],
+                    args.device,
+                    request["dtype"],
+                    {**request["shape"], "warm_cache": warm},
+                    device=device,
+                ),
+                "skipped",
+                why,
             )
-            records.append({**record, "status": "skipped", "reason": why})
-        return records
+            for warm in (0, 1)
+        ]
     return [startup_record(request, device, warm, args.repeat, args.timeout) for warm in (False, True)]
 
 
@@ -156,13 +158,9 @@ def _figures(records: list[dict[str, Any]]) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Run the probe, write its results file, print the table; 1 when the probe failed."""
-    out = args.out or default_out(args.probe)
-    if out.exists():
-        raise UserError(f"{out} already exists; hwbench never overwrites a results file: choose another --out")
-    doc = new_document()
+    out = fresh_out(args.out, f"probe-{args.probe}")
+    doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
-        from hwbench.probes.storage import parse_size, run_storage
-
         record = run_storage(args.dir, parse_size(args.size), args.runtime)
         skipped = record["status"] == "skipped"
         doc["backends"] = [

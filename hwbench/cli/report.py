@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 from hwbench.core.errors import UserError
+from hwbench.report import build
+from hwbench.results import files as results
 
 HELP = "write a self-contained HTML report (plots and tables) from results files"
 
@@ -53,9 +55,6 @@ def _write(path: Path, text: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Load every file (one line and exit 2 on a bad one), build the page, write it."""
-    from hwbench.report import build
-    from hwbench.results import files as results
-
     runs = [(path, results.load(path)) for path in args.files]
     page = build(runs, title=args.title)
     _write(args.out, page)

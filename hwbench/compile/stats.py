@@ -193,7 +193,7 @@ def _stats(asm: dict[str, Any], arch: str, prefer_triton: bool) -> dict[str, Any
 
 def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
     """Lower the llvmlite kernel for ``arch`` (PTX through ptxas, or an AMDGCN code object)."""
-    from hwbench.kernels.llvmir.gpu import compile_module, target_for
+    from hwbench.kernels.llvmir.gpu import compile_module, target_for  # imports llvmlite, which is optional
 
     source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
     target = target_for(arch)

@@ -203,3 +203,9 @@ def software_info() -> dict[str, Any]:
 def hwbench_info() -> dict[str, Any]:
     """This hwbench's version and commit."""
     return {"version": __version__, "git_commit": git_commit()}
+
+
+def describe_host() -> dict[str, Any]:
+    """Host, software stack and settings, with warnings for number-changing settings."""
+    values = settings()
+    return {"host": host_info(), "software": software_info(), "settings": values, "warnings": settings_warnings(values)}

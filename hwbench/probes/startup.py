@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hwbench.probes.documents import new_record
+from hwbench.core.records import failed, new_record
 from hwbench.run.stats import summarize
 
 CACHE_VARS = (
@@ -107,10 +107,16 @@ def startup_record(
     """The record of one cache state: samples in seconds, phases of the median sample, parity."""
     shape = {**request["shape"], "warm_cache": int(warm)}
     record = new_record(
-        "startup", request["impl"], request["backend"], device, request["dtype"], shape, request["device_index"]
+        "startup",
+        request["impl"],
+        request["backend"],
+        request["device_index"],
+        request["dtype"],
+        shape,
+        impl_kind=request.get("impl_kind"),
+        language=request.get("language"),
+        device=device,
     )
-    record["language"] = request.get("language")
-    record["impl_kind"] = request.get("impl_kind")
     answers, prime_s = measure(request, warm, repeat, timeout)
     record["config"] = {
         "cache": "warm" if warm else "cold",
@@ -119,10 +125,9 @@ def startup_record(
         "priming_run_s": prime_s,
         "process_s": [a.get("process_s") for a in answers],
     }
-    failed = next((a for a in answers if a.get("status") != "ok"), None)
-    if failed is not None:
-        record.update(status=failed.get("status", "runtime_error"), reason=failed.get("reason") or "failed")
-        return record
+    failure = next((a for a in answers if a.get("status") != "ok"), None)
+    if failure is not None:
+        return failed(record, failure.get("status", "runtime_error"), failure.get("reason") or "failed")
     samples = [a["sample_s"] for a in answers]
     summary = summarize(samples)
     record["timing"] = {

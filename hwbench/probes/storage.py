@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.core.errors import UserError
-from hwbench.probes.documents import new_record
+from hwbench.core.records import failed, new_record
 
 BLOCK_BYTES = 4096
 IODEPTH = 32
@@ -129,23 +129,19 @@ def run_storage(directory: Path, size_bytes: int, runtime_s: int) -> dict[str, A
     """The storage record: ok with IOPS and latency, skipped without fio, or the failure and why."""
     check_arguments(directory, size_bytes, runtime_s)
     shape = {"block_bytes": BLOCK_BYTES, "iodepth": IODEPTH, "size_bytes": size_bytes, "runtime_s": runtime_s}
-    record = new_record("storage", "fio_randread", "fio", filesystem(directory), None, shape)
-    record["language"] = "fio"
+    record = new_record("storage", "fio_randread", "fio", 0, None, shape, language="fio", device=filesystem(directory))
     path = Path(directory).resolve() / f".hwbench-fio-{os.getpid()}.dat"
     command = fio_command(path, size_bytes, runtime_s)
     record["config"] = {"dir": str(Path(directory).resolve()), "command": command}
     if shutil.which("fio") is None:
-        record.update(
-            status="skipped",
-            reason="fio is not installed (Debian/Ubuntu: apt-get install fio); install it to probe storage",
+        return failed(
+            record, "skipped", "fio is not installed (Debian/Ubuntu: apt-get install fio); install it to probe storage"
         )
-        return record
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=runtime_s + SLACK_S)
     except subprocess.TimeoutExpired:
-        record.update(status="timeout", reason=f"fio did not finish within {runtime_s + SLACK_S:g} s")
-        return record
+        return failed(record, "timeout", f"fio did not finish within {runtime_s + SLACK_S:g} s")
     finally:
         path.unlink(missing_ok=True)
     record["wall_s"] = time.perf_counter() - started
@@ -157,6 +153,5 @@ def run_storage(directory: Path, size_bytes: int, runtime_s: int) -> dict[str, A
     if done.returncode != 0 or not report or error:
         lines = [ln for ln in (done.stderr + "\n" + done.stdout[:2000]).splitlines() if ln.strip().startswith("fio")]
         why = lines[-1].strip() if lines else (done.stderr.strip().splitlines() or ["no output"])[-1]
-        record.update(status="runtime_error", reason=f"fio failed (exit {done.returncode}): {why[:400]}")
-        return record
+        return failed(record, "runtime_error", f"fio failed (exit {done.returncode}): {why[:400]}")
     return _fill(record, report)

@@ -8,7 +8,6 @@ refuses newer ones.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -17,10 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.core.errors import UserError
+from hwbench.core.records import KIND, SCHEMA_VERSION, STATUSES, finite  # defined with the records; read from here too
 
-SCHEMA_VERSION = 1
-KIND = "hwbench-results"
-STATUSES = ("ok", "skipped", "compile_error", "runtime_error", "parity_failed", "timeout", "crashed")
+__all__ = [
+    "KIND",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "dumps",
+    "finite",
+    "free_path",
+    "load",
+    "migrate",
+    "save",
+    "schema",
+    "validate",
+]
 
 #: Upgrades from version N to N + 1, applied in order by :func:`migrate`.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -30,17 +41,6 @@ def schema() -> dict[str, Any]:
     """The JSON Schema of the current results format."""
     text = resources.files("hwbench.results.schema").joinpath(f"results-v{SCHEMA_VERSION}.json").read_text()
     return json.loads(text)
-
-
-def finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
 
 
 def validate(doc: Any) -> list[str]:

@@ -18,6 +18,7 @@ import numpy as np
 from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
+from hwbench.core.records import failed, new_record
 from hwbench.core.registry import get_backend, get_kernel
 from hwbench.run import parity as parity_mod
 from hwbench.run.stats import stability_warnings, summarize
@@ -40,6 +41,9 @@ class CaseRequest:
     def key(self) -> tuple[Any, ...]:
         """Identity of the inputs this case uses (cases sharing it share inputs and reference)."""
         return (self.kernel, tuple(sorted(self.shape.items())), self.dtype, self.seed)
+
+
+__all__ = ["Case", "CaseFailed", "CaseRequest", "CaseRunner", "CaseSkipped", "Pipeline", "base_record", "failed"]
 
 
 class CaseSkipped(Exception):
@@ -73,45 +77,19 @@ class Case:
         return self.request.dtype
 
 
-def empty_parity() -> dict[str, Any]:
-    return {"max_abs_err": None, "max_rel_err": None, "atol": None, "rtol": None, "passed": None}
-
-
-def empty_timing() -> dict[str, Any]:
-    return {"median_s": None, "iqr_s": None, "cv": None, "n": 0, "timer": None}
-
-
-def empty_metrics() -> dict[str, Any]:
-    return {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None}
-
-
 def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceInfo | None) -> dict[str, Any]:
-    """A record with coordinates filled and every measurement empty."""
-    return {
-        "kernel": case.kernel,
-        "impl": case.impl,
-        "impl_kind": impl.kind if impl else None,
-        "language": impl.language if impl else None,
-        "backend": case.backend,
-        "device": device.name if device else None,
-        "device_index": case.device_index,
-        "dtype": case.dtype,
-        "shape": dict(case.shape),
-        "status": "ok",
-        "reason": "",
-        "parity": empty_parity(),
-        "timing": empty_timing(),
-        "metrics": empty_metrics(),
-        "compile_s": None,
-        "config": {},
-        "warnings": [],
-    }
-
-
-def failed(record: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
-    """Mark ``record`` with a non-ok status and its human reason."""
-    record["status"], record["reason"] = status, reason
-    return record
+    """The record of ``case`` with its coordinates filled and every measurement empty."""
+    return new_record(
+        case.kernel,
+        case.impl,
+        case.backend,
+        case.device_index,
+        case.dtype,
+        case.shape,
+        impl_kind=impl.kind if impl else None,
+        language=impl.language if impl else None,
+        device=device.name if device else None,
+    )
 
 
 def error_line(exc: BaseException) -> str:

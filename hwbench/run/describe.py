@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from hwbench.core.backend import DeviceInfo, Implementation
-from hwbench.core.host import host_info, settings, settings_warnings, software_info
+from hwbench.core.host import describe_host as describe_host  # re-exported: the worker answers with it
 from hwbench.core.registry import get_backend, implementations, kernel_targets
 from hwbench.run.case import error_line
 
@@ -58,9 +58,3 @@ def describe_backend(name: str) -> dict[str, Any]:
     if answer["available"] and not answer["devices"]:
         answer["available"], answer["reason"] = False, "no devices found"
     return answer
-
-
-def describe_host() -> dict[str, Any]:
-    """Host, software stack and settings, with warnings for number-changing settings."""
-    values = settings()
-    return {"host": host_info(), "software": software_info(), "settings": values, "warnings": settings_warnings(values)}

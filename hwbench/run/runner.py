@@ -1,23 +1,21 @@
 """The one place where kernel x backend x implementation x shape x dtype meet.
 
 The runner asks the worker to describe each backend, lays out the matrix of cases, runs
-each in the worker (one record per case, whatever happens), derives the metrics, and
-returns the results document. Ctrl-C returns the records finished so far, marked
-incomplete.
+each in the worker (one record per case, whatever happens), hands the cases of kernels
+that span ranks to the collective runner its caller gives, lets the caller finish the
+document (derived metrics) and returns it. Ctrl-C returns the records finished so far,
+marked incomplete.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hwbench.core.host import hwbench_info
 from hwbench.core.kernel import get_kernel
-from hwbench.results.files import KIND, SCHEMA_VERSION
+from hwbench.core.records import new_document, now
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.timing import TimingConfig
 from hwbench.run.worker import Worker, WorkerDied
@@ -47,10 +45,6 @@ CollectiveRunner = Callable[
     tuple[list[dict[str, Any]], bool, dict[str, Any]],
 ]
 Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[dict[str, Any]]:
@@ -196,32 +190,19 @@ def execute(
     Cases of kernels that span ranks go to ``collective`` (``hwbench.collective.run``);
     ``finish`` completes the document before it is stamped finished (derived metrics).
     """
-    started = _now()
+    started = now()
     own_worker = worker is None
     worker = worker or Worker()
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "run": {
-            "id": uuid.uuid4().hex,
-            "started": started,
-            "finished": None,
-            "incomplete": True,
-            "command": plan.command or list(sys.argv),
-            "profile": plan.profile,
-            "seed": plan.seed,
-            "timeout_s": plan.timeout_s,
-            "timing": asdict(plan.timing),
-            "price": plan.price,
-            "hwbench": hwbench_info(),
-        },
-        "host": {"hostname": "unknown", "os": "unknown", "cpu": {"model": "unknown", "cores": 0}},
-        "software": {},
-        "settings": {},
-        "warnings": [],
-        "backends": [],
-        "records": [],
-    }
+    doc = new_document(
+        plan.command or list(sys.argv),
+        started=started,
+        incomplete=True,
+        profile=plan.profile,
+        seed=plan.seed,
+        timeout_s=plan.timeout_s,
+        price=plan.price,
+        timing=asdict(plan.timing),
+    )
     cases: list[CaseRequest] = []
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -265,7 +246,7 @@ def execute(
     doc["records"] = records + skipped
     if finish is not None:
         finish(doc)
-    doc["run"]["finished"] = _now()
+    doc["run"]["finished"] = now()
     doc["run"]["incomplete"] = interrupted
     if interrupted:
         doc["warnings"].append(f"interrupted: {len(records)} of {len(cases)} planned cases finished")

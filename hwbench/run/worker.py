@@ -19,6 +19,7 @@ import tempfile
 import time
 from typing import Any
 
+from hwbench.core.records import finite
 from hwbench.run.case import CaseRequest, CaseRunner, error_line
 from hwbench.run.describe import describe_backend, describe_host
 
@@ -189,8 +190,6 @@ def main(argv: list[str]) -> int:
         message = json.loads(line)
         if message.get("op") == "exit":
             break
-        from hwbench.results.files import finite
-
         answers.write(json.dumps(finite(_handle(message, runner)), allow_nan=False).encode() + b"\n")
     return _CLEAN_EXIT
 

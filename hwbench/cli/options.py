@@ -1,0 +1,23 @@
+"""Checks of options that several commands share; each failure is one UserError line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hwbench.core.errors import UserError
+from hwbench.core.records import default_out
+
+
+def positive_seconds(value: float, flag: str) -> float:
+    """``value`` when it is a positive number of seconds; UserError naming ``flag`` otherwise."""
+    if not value > 0:
+        raise UserError(f"{flag} must be a positive number of seconds, got {value}")
+    return value
+
+
+def fresh_out(out: Path | None, kind: str | None = None) -> Path:
+    """The results file to write: ``out`` or the default for ``kind``, refused if it already exists."""
+    path = out or default_out(kind)
+    if path.exists():
+        raise UserError(f"{path} already exists; hwbench never overwrites a results file: choose another --out")
+    return path

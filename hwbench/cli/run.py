@@ -1,0 +1,220 @@
+"""Run the benchmark matrix (backends x kernels x implementations x shapes x dtypes) and write
+one results file; every case becomes a record, whatever happens to it.
+
+  hwbench run --profile quick
+  hwbench run --backend cpu --kernel gemm --shape gemm:M=1000,N=1000,K=1000 --out results/mine.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
+from hwbench.cli.options import fresh_out, positive_seconds
+from hwbench.collective.run import run_collective
+from hwbench.collective.torchrun import follow_if_joined, set_ranks
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.errors import UserError
+from hwbench.core.host import memory_available
+from hwbench.core.kernel import PROFILES, parse_shape_arg
+from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
+from hwbench.decide.catalog import Catalog, user_price
+from hwbench.results import files as results
+from hwbench.results.derive import add_metrics
+from hwbench.results.tables import ProgressLine, summary
+from hwbench.run.runner import Plan, execute
+from hwbench.run.timing import TimingConfig
+
+HELP = "run the benchmark matrix and write a results file"
+SHAPE_HELP = """\
+--shape KERNEL:NAME=INT,NAME=INT,...  (repeatable; replaces the profile's shapes for that kernel)
+  gemm:M=1000,N=1000,K=1000                     C(M,N) = A(M,K) @ B(K,N)
+  attention:B=1,H=8,S=1024,D=64,causal=1        batch, heads, seq_q (S sets seq_q; seq_k
+                                                defaults to it), seq_k, head_dim, causal 0|1
+  allreduce:count=1048576,ranks=2               elements per rank, ranks
+Long names work too (batch=, heads=, seq_q=, seq_k=, head_dim=). Sizes need not be
+multiples of any tile size."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hwbench run``, and the ``--shape`` syntax as the epilog of its help."""
+    parser.epilog = SHAPE_HELP
+    parser.add_argument("--backend", default="all", help="comma list: cpu,opencl,cuda,rocm,... (default: all)")
+    parser.add_argument(
+        "--kernel", default=None, help="comma list: gemm,attention,allreduce (default: all, or those named by --shape)"
+    )
+    parser.add_argument("--impl", default=None, help="comma list of implementations to run (default: all)")
+    parser.add_argument("--profile", choices=PROFILES, default="quick", help="shape set (default: quick)")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="KERNEL:NAME=INT,...",
+        help="a shape of your own (see below); repeatable",
+    )
+    parser.add_argument(
+        "--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16 (default: what each backend runs)"
+    )
+    parser.add_argument(
+        "--device",
+        action="append",
+        default=[],
+        metavar="BACKEND:INDEX",
+        help="run only on this device (repeatable), e.g. opencl:1",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file to write (never overwritten; default: results/hwbench-HOST-TIME.json)",
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    parser.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)"
+    )
+    parser.add_argument(
+        "--price-per-hour",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="rental price of one device in USD/hour (default: the catalog's, where it has one)",
+    )
+    parser.add_argument("--instance", default=None, help="price the run as this catalog instance type, e.g. c7a.xlarge")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="TOML catalog of your own ([devices.KEY] peaks, "
+        "[[prices]]) over the shipped one; every entry needs source and as_of",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help="AllReduce: spawn this many local ranks (default: each "
+        "shape's ranks; under torchrun every rank joins and rank 0 writes the file)",
+    )
+
+
+def _user_shapes(args: argparse.Namespace) -> dict[str, list[dict[str, int]]]:
+    known = list(kernel_targets())
+    shapes: dict[str, list[dict[str, int]]] = {}
+    for text in args.shape:
+        name, dims = parse_shape_arg(text)
+        if name not in known:
+            raise UserError(f"unknown kernel '{name}' in --shape '{text}'; known kernels: {', '.join(known)}")
+        kernel = get_kernel(name)
+        shape = kernel.complete(dims)
+        shapes.setdefault(name, []).append(shape)
+    return shapes
+
+
+def _check_memory(shapes: dict[str, list[dict[str, int]]], dtypes: list[str] | None) -> None:
+    free = memory_available()
+    if free is None:
+        return
+    for name, items in shapes.items():
+        kernel = get_kernel(name)
+        for shape in items:
+            for dtype in dtypes or ["fp64"]:  # unspecified: check the widest the CPU runs
+                need = kernel.memory_bytes(shape, dtype)
+                if need > free:
+                    raise UserError(
+                        f"shape {name}:{kernel.describe_shape(shape)} ({dtype}) needs about "
+                        f"{need / 2**30:.1f} GiB of host memory, {free / 2**30:.1f} GiB is available: "
+                        "choose a smaller shape"
+                    )
+
+
+def _devices(values: list[str], backends: list[str]) -> dict[str, list[int]] | None:
+    if not values:
+        return None
+    chosen: dict[str, list[int]] = {}
+    for value in values:
+        name, _, index = value.partition(":")
+        if name not in backends or not index.isdigit():
+            raise UserError(f"--device '{value}' is not BACKEND:INDEX with a selected backend ({', '.join(backends)})")
+        chosen.setdefault(name, []).append(int(index))
+    return chosen
+
+
+def _price(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.price_per_hour is not None and args.instance:
+        raise UserError("give either --price-per-hour or --instance, not both")
+    catalog = Catalog.load(args.catalog)  # a bad --catalog file fails before the run, not after
+    quote = (
+        user_price(args.price_per_hour)
+        if args.price_per_hour is not None
+        else (catalog.price(None, args.instance) if args.instance else None)
+    )
+    return (
+        None
+        if quote is None
+        else {"usd_per_hour": quote.usd_per_hour, "source": quote.source, "as_of": quote.as_of, "basis": quote.basis}
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the plan the options describe, write the file, print the table; 1 when a case failed, 130 on Ctrl-C."""
+    joined = follow_if_joined(args)
+    if joined is not None:
+        return joined
+    backends = parse_names(args.backend, list(backend_targets()), "backend")
+    shapes = _user_shapes(args)
+    kernels = parse_names(args.kernel or ",".join(shapes) or None, list(kernel_targets()), "kernel")
+    stray = [k for k in shapes if k not in kernels]
+    if stray:
+        raise UserError(f"--shape names kernel '{stray[0]}', which --kernel does not select")
+    dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
+    if dtypes and not any(d in get_kernel(k).dtypes for k in kernels for d in dtypes):
+        raise UserError(f"none of the selected kernels has dtype {', '.join(dtypes)}")
+    _check_memory(shapes, dtypes)
+    timing = TimingConfig.for_profile(args.profile, flush=not args.no_flush)
+    if args.budget is not None:
+        timing = TimingConfig(
+            warmup_s=args.budget / 5, budget_s=positive_seconds(args.budget, "--budget"), flush=timing.flush
+        )
+    out = fresh_out(args.out)
+    plan = Plan(
+        backends=backends,
+        kernels=kernels,
+        profile=args.profile,
+        dtypes=dtypes,
+        impls=[i.strip() for i in args.impl.split(",")] if args.impl else None,
+        devices=_devices(args.device, backends),
+        seed=args.seed,
+        timeout_s=positive_seconds(args.timeout, "--timeout"),
+        timing=timing,
+        price=_price(args),
+        command=["hwbench", *sys.argv[1:]],
+    )
+    all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
+    kernel_dtypes = {k: get_kernel(k).dtypes for k in kernels}
+    catalog = Catalog.load(args.catalog)
+    doc = execute(
+        plan,
+        kernel_dtypes,
+        all_shapes,
+        progress=None if args.quiet else ProgressLine(),
+        collective=run_collective,
+        finish=lambda doc: add_metrics(doc, catalog),
+    )
+    if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
+        doc["run"]["catalog"] = str(args.catalog)
+    saved = results.save(doc, results.free_path(out))
+    print(summary(doc))
+    print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if saved != out else ""))
+    if doc["run"]["incomplete"]:
+        print("interrupted: the file holds the cases finished so far", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    bad = [r for r in doc["records"] if r["status"] not in ("ok", "skipped")]
+    if bad:
+        print(f"hwbench: {len(bad)} case(s) failed (see the reasons above)", file=sys.stderr)
+        return EXIT_FAILED_CASES
+    return 0

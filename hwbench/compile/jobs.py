@@ -1,0 +1,128 @@
+"""Plan and run the compile jobs of ``hwbench compile``, and write their results document.
+
+One job is one (target, kernel, implementation, variant); each runs in a child process, so
+a compiler that crashes or aborts becomes a ``crashed`` record and the other jobs go on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import Any
+
+from hwbench.compile import stats as compile_stats
+from hwbench.core.errors import UserError
+from hwbench.core.host import describe_host
+from hwbench.core.records import failed, new_document, now
+
+KERNELS = ("gemm", "attention")
+IMPLS = ("triton", "llvm")
+LLVM_DTYPES = ("fp32", "fp64")
+_ARCH = re.compile(r"^(sm_\d{2,3}a?|gfx[0-9a-f]{3,4})$")
+
+
+def local_arch() -> str:
+    """Architecture of this machine's first GPU through torch; UserError when there is none."""
+    try:
+        import torch
+    except ImportError:
+        raise UserError(
+            "--target local needs torch with CUDA or ROCm to find the GPU; name the target instead, e.g. --target sm_90"
+        ) from None
+    if not torch.cuda.is_available():
+        raise UserError("--target local: torch sees no GPU here; name the target instead, e.g. --target sm_90")
+    props = torch.cuda.get_device_properties(0)
+    arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
+    return arch.split(":")[0]
+
+
+def parse_targets(text: str) -> list[str]:
+    """Validated, de-duplicated architecture names."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UserError("--target is empty; give architectures such as sm_90,gfx942")
+    out = []
+    for name in names:
+        name = local_arch() if name == "local" else name
+        if not _ARCH.match(name):
+            raise UserError(
+                f"unknown --target '{name}': use sm_NN for NVIDIA (sm_80, sm_90) or gfxNNN for AMD (gfx90a, gfx942)"
+            )
+        out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def plan_jobs(targets: list[str], kernels: list[str], impls: list[str]) -> list[dict[str, Any]]:
+    """One job per (target, kernel, implementation, variant); Triton variants are listed in the child."""
+    jobs = []
+    for arch in targets:
+        for kernel in kernels:
+            if "triton" in impls:
+                jobs.append({"arch": arch, "kernel": kernel, "impl": "triton", "variant": None})
+            if "llvm" in impls:
+                jobs.extend({"arch": arch, "kernel": kernel, "impl": "llvm", "variant": d} for d in LLVM_DTYPES)
+    return jobs
+
+
+def _child_env() -> None:
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="hwbench-triton-cache-"))
+    os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # a cache hit would hide the compile time
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Compile one job in this (child) process; returns its records."""
+    _child_env()
+    if job["impl"] == "triton":
+        return compile_stats.triton_records(job["arch"], job["kernel"])
+    return [compile_stats.llvm_record(job["arch"], job["kernel"], job["variant"])]
+
+
+def _crashed(job: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The record of a job whose child died or raised."""
+    record = compile_stats.base_record(job["kernel"], job["impl"], job["arch"], job["variant"] or "*", job["variant"])
+    return failed(record, "crashed", reason)
+
+
+def run_jobs(jobs: list[dict[str, Any]], workers: int, progress: bool = False) -> list[dict[str, Any]]:
+    """Run jobs in child processes; a job whose child dies is a ``crashed`` record, the rest go on."""
+    done: dict[int, list[dict[str, Any]]] = {}
+    pending = list(range(len(jobs)))
+    while pending:
+        broken: list[int] = []
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(run_job, jobs[i]): i for i in pending}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    done[i] = future.result()
+                except BrokenProcessPool:
+                    broken.append(i)
+                except Exception as exc:  # a bug in the job itself: recorded, never fatal
+                    done[i] = [_crashed(jobs[i], f"{type(exc).__name__}: {exc}")]
+                if progress and i in done:
+                    for r in done[i]:
+                        print(
+                            f"  {r['target']:<7} {r['kernel']:<9} {r['impl']:<6} {r['variant']:<28} {r['status']}",
+                            file=sys.stderr,
+                        )
+        broken.sort()
+        if broken and workers == 1:
+            done[broken[0]] = [_crashed(jobs[broken[0]], "the compiler process died (signal or abort)")]
+            broken = broken[1:]
+        workers = 1  # isolate the culprit: one job at a time from here
+        pending = broken
+    return [r for i in sorted(done) for r in done[i]]
+
+
+def compile_document(records: list[dict[str, Any]], started: str, command: Sequence[str]) -> dict[str, Any]:
+    """The results document of a compile run: no kernel records, the compile records in ``compile``."""
+    doc = new_document(command, host=describe_host(), started=started, finished=now())
+    doc["compile"] = records
+    return doc

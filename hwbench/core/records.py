@@ -1,0 +1,148 @@
+"""Records and results documents: the one builder of each, and the names every file carries.
+
+A *record* is one case (kernel, implementation, backend, device, dtype, shape) with its
+status, reason, parity, timing and metrics; a *results document* holds the run, the host,
+software and settings, the backends and the records. Every command that writes a results
+file (run, compile, the probes) builds it here, so each file has the same layout.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hwbench.core.host import hwbench_info
+
+SCHEMA_VERSION = 1
+KIND = "hwbench-results"
+STATUSES = ("ok", "skipped", "compile_error", "runtime_error", "parity_failed", "timeout", "crashed")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def now() -> str:
+    """UTC now, ISO 8601 to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def empty_parity() -> dict[str, Any]:
+    """The parity section of a record not checked (yet)."""
+    return {"max_abs_err": None, "max_rel_err": None, "atol": None, "rtol": None, "passed": None}
+
+
+def empty_timing() -> dict[str, Any]:
+    """The timing section of a record not timed (yet)."""
+    return {"median_s": None, "iqr_s": None, "cv": None, "n": 0, "timer": None}
+
+
+def empty_metrics() -> dict[str, Any]:
+    """The metrics section of a record without derived figures (yet)."""
+    return {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None}
+
+
+def new_record(
+    kernel: str,
+    impl: str,
+    backend: str,
+    device_index: int,
+    dtype: str | None,
+    shape: Mapping[str, int],
+    *,
+    impl_kind: str | None = None,
+    language: str | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """A record with its coordinates set and every measurement empty (status ok until marked)."""
+    return {
+        "kernel": kernel,
+        "impl": impl,
+        "impl_kind": impl_kind,
+        "language": language,
+        "backend": backend,
+        "device": device,
+        "device_index": device_index,
+        "dtype": dtype,
+        "shape": dict(shape),
+        "status": "ok",
+        "reason": "",
+        "parity": empty_parity(),
+        "timing": empty_timing(),
+        "metrics": empty_metrics(),
+        "compile_s": None,
+        "config": {},
+        "warnings": [],
+    }
+
+
+def failed(record: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+    """Mark ``record`` with a non-ok status and its human reason."""
+    record["status"], record["reason"] = status, reason
+    return record
+
+
+def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = None, **run_fields: Any) -> dict[str, Any]:
+    """A results document with no backends and no records yet.
+
+    ``host`` is a host description (``host``, ``software``, ``settings``, ``warnings``, as
+    :func:`hwbench.core.host.describe_host` answers); without one the document holds
+    placeholders to fill in later. ``run_fields`` set fields of ``run``: they replace the
+    defaults (``incomplete``, ``profile``, ``seed``, ``timeout_s``, ``price``, even
+    ``started``) or come after them (``timing``).
+    """
+    run: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "started": now(),
+        "finished": None,
+        "incomplete": False,
+        "command": list(command),
+        "profile": None,
+        "seed": 0,
+        "timeout_s": None,
+        "price": None,
+        "hwbench": hwbench_info(),
+    }
+    run.update(run_fields)
+    if host is None:
+        host = {
+            "host": {"hostname": "unknown", "os": "unknown", "cpu": {"model": "unknown", "cores": 0}},
+            "software": {},
+            "settings": {},
+            "warnings": [],
+        }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run": run,
+        "host": host["host"],
+        "software": host["software"],
+        "settings": host["settings"],
+        "warnings": list(host["warnings"]),
+        "backends": [],
+        "records": [],
+    }
+
+
+def default_out(kind: str | None = None) -> Path:
+    """Where a results file goes when the user names none.
+
+    ``results/hwbench-HOST-TIME.json``, or ``results/hwbench-KIND-HOST-TIME.json`` with a
+    ``kind`` such as ``compile`` or ``probe-storage``; HOST is the full host name, TIME the
+    local time to the second.
+    """
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    prefix = f"hwbench-{kind}" if kind else "hwbench"
+    return Path("results") / f"{prefix}-{socket.gethostname()}-{stamp}.json"
