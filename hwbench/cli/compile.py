@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from hwbench.cli.options import fresh_out
-from hwbench.compile.jobs import IMPLS, KERNELS, compile_document, parse_targets, plan_jobs, run_jobs
+from hwbench.compile.jobs import IMPLS, compile_document, compiled_kernels, parse_targets, plan_jobs, run_jobs
 from hwbench.compile.stats import summary_lines
 from hwbench.core.records import now
 from hwbench.core.registry import parse_names
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``hwbench compile``: 0 when everything compiled (or was skipped), 1 otherwise."""
     targets = parse_targets(args.target)
-    kernels = parse_names(args.kernel, list(KERNELS), "--kernel", known_label="known")
+    kernels = parse_names(args.kernel, compiled_kernels(), "--kernel", known_label="known")
     impls = parse_names(args.impl, list(IMPLS), "--impl", known_label="known")
     out = fresh_out(args.out, "compile")
     started = now()

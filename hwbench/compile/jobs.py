@@ -19,11 +19,12 @@ from typing import Any
 from hwbench.compile import stats as compile_stats
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
+from hwbench.core.kernel import get_kernel, kernel_targets
 from hwbench.core.records import failed, new_document, now
 
-KERNELS = ("gemm", "attention")
-IMPLS = ("triton", "llvm")
-LLVM_DTYPES = ("fp32", "fp64")
+#: The implementations compiled for GPU targets, and the language of each.
+LANGUAGES = {"triton": "triton", "llvm": "llvmlite"}
+IMPLS = tuple(LANGUAGES)
 _ARCH = re.compile(r"^(sm_\d{2,3}a?|gfx[0-9a-f]{3,4})$")
 
 
@@ -58,15 +59,27 @@ def parse_targets(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def compiled_kernels() -> list[str]:
+    """Kernels with a Triton or llvmlite source that one device runs (not a collective)."""
+    return [
+        name
+        for name in kernel_targets()
+        if not get_kernel(name).spans_ranks and any(get_kernel(name).source_in(lang) for lang in LANGUAGES.values())
+    ]
+
+
 def plan_jobs(targets: list[str], kernels: list[str], impls: list[str]) -> list[dict[str, Any]]:
-    """One job per (target, kernel, implementation, variant); Triton variants are listed in the child."""
+    """One job per (target, kernel, implementation, variant): each dtype of an llvmlite source;
+    a Triton source's variants are listed in the child."""
     jobs = []
     for arch in targets:
         for kernel in kernels:
-            if "triton" in impls:
+            spec = get_kernel(kernel)
+            triton, llvm = spec.source_in("triton"), spec.source_in("llvmlite")
+            if "triton" in impls and triton is not None:
                 jobs.append({"arch": arch, "kernel": kernel, "impl": "triton", "variant": None})
-            if "llvm" in impls:
-                jobs.extend({"arch": arch, "kernel": kernel, "impl": "llvm", "variant": d} for d in LLVM_DTYPES)
+            if "llvm" in impls and llvm is not None:
+                jobs.extend({"arch": arch, "kernel": kernel, "impl": "llvm", "variant": d} for d in llvm.dtypes)
     return jobs
 
 

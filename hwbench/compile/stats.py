@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hwbench.core.kernel import get_kernel
+
 _PTXAS_TIMEOUT_S = 300
 
 
@@ -48,6 +50,15 @@ def base_record(kernel: str, impl: str, arch: str, variant: str, dtype: str | No
         "compile_s": None,
         "assembler": None,
     }
+
+
+def source_module(kernel: str, language: str) -> Any:
+    """The module of ``kernel``'s source in ``language`` (as its folder declares it)."""
+    spec = get_kernel(kernel)
+    source = spec.source_in(language)
+    if source is None:
+        raise RuntimeError(f"kernel {kernel} has no {language} source")
+    return importlib.import_module(spec.entry(source.module))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -157,7 +168,7 @@ def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
     import triton
     from triton.compiler import ASTSource
 
-    source = importlib.import_module(f"hwbench.kernels.{kernel}.triton")
+    source = source_module(kernel, "triton")
     target = _triton_target(arch)
     records = []
     for v in source.compile_variants(arch):
@@ -195,7 +206,7 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
     """Lower the llvmlite kernel for ``arch`` (PTX through ptxas, or an AMDGCN code object)."""
     from hwbench.kernels.llvmir.gpu import compile_module, target_for  # imports llvmlite, which is optional
 
-    source = importlib.import_module(f"hwbench.kernels.{kernel}.llvm")
+    source = source_module(kernel, "llvmlite")
     target = target_for(arch)
     record = base_record(kernel, "llvm", arch, f"{kernel}_{dtype}", dtype)
     record["config"] = {

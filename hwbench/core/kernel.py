@@ -126,6 +126,10 @@ class Kernel(ABC):
         """The portable source called ``impl``, if the kernel has one."""
         return next((s for s in self.sources if s.impl == impl), None)
 
+    def source_in(self, language: str) -> Source | None:
+        """The kernel's first portable source in ``language``, if it has one."""
+        return next((s for s in self.sources if s.language == language), None)
+
     def bus_factor(self, shape: Shape) -> float:
         """Of a collective: busbw / algbw (nccl-tests' factor; all_reduce's is 2(n-1)/n)."""
         return 1.0

@@ -239,7 +239,7 @@ def spirv_problem(binary: bytes) -> str | None:
 def llvm_source(kernel: str) -> Any:
     """The module of ``kernel``'s llvmlite source (its folder's ``Source`` in that language)."""
     spec = get_kernel(kernel)
-    source = next((s for s in spec.sources if s.language == "llvmlite"), None)
+    source = spec.source_in("llvmlite")
     if source is None:
         raise RuntimeError(f"kernel {kernel} has no llvmlite source")
     return importlib.import_module(spec.entry(source.module))
