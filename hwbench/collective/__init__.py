@@ -6,7 +6,7 @@ kernels' cases; ``rank`` is each rank's entry point, ``launch`` starts and watch
 ranks, ``torchrun`` joins a torchrun world, ``dispatch`` creates the implementation a case
 names (``impls``, ``gpu``, ``mpi``) and says why one cannot run here, ``shm`` is the shared
 memory transport of the portable CPU AllReduce and ``sweep`` the measurement. The run-level
-figures (small-message latency, peak busbw) are ``hwbench.results.collectives``.
+figures (small-message latency, peak busbw) are ``hwbench.results.collective_figures``.
 
 May import: ``hwbench.core``, ``hwbench.kernels`` (the allreduce kernel's sources) and
 ``hwbench.run``; torch, mpi4py and Triton inside functions.

@@ -24,17 +24,12 @@ import numpy as np
 from hwbench.collective.impls import Collective, torch_all_reduce
 from hwbench.collective.shm import CollectiveError
 from hwbench.collective.topology import World
+from hwbench.core.dtypes import torch_dtype
 
 #: Messages up to this many bytes take the one-shot path.
 ONESHOT_MAX_BYTES = 256 * 1024
 ALIGN = 4096
 TORCH_DTYPES = ("fp32", "bf16", "fp16")
-
-
-def _torch_dtype(dtype: str) -> Any:
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 
 
 class GPUCollective(Collective):
@@ -58,7 +53,7 @@ class GPUCollective(Collective):
     def empty(self, count: int, dtype: str) -> Any:
         import torch
 
-        return torch.empty(count, dtype=_torch_dtype(dtype), device=self.device)
+        return torch.empty(count, dtype=torch_dtype(dtype), device=self.device)
 
     def _repeat(self, buf: Any, pattern: np.ndarray) -> Any:
         import torch
@@ -236,7 +231,7 @@ class TritonSymmAllReduce(GPUCollective):
         }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[Any, Any]:
-        tdtype = _torch_dtype(dtype)
+        tdtype = torch_dtype(dtype)
         inp = self.handles[0].get_remote_tensor(self.world.local_rank, (count,), tdtype)
         return inp, inp if in_place else self.handles[1].get_remote_tensor(self.world.local_rank, (count,), tdtype)
 

@@ -25,11 +25,11 @@ import numpy as np
 from hwbench.collective.pattern import count_wrong, fill_periodic
 from hwbench.collective.shm import Layout, Segment, ShmAllReduce, segment_name
 from hwbench.collective.topology import World
+from hwbench.core.dtypes import device_numpy, torch_dtype
 
 #: How a waiting rank passes time before it sleeps on the futex: CPU pauses, then sched_yield calls
 #: (tuning knobs: HWBENCH_AR_SPINS, HWBENCH_AR_YIELDS; recorded in each record's config).
 SPINS, YIELDS = 50, 2
-NP_DTYPES: dict[str, np.dtype[Any]] = {"fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64)}
 
 
 class Collective(ABC):
@@ -84,12 +84,6 @@ class Collective(ABC):
         return samples * 1e-9
 
 
-def _torch_dtype(dtype: str) -> Any:
-    import torch
-
-    return {"fp32": torch.float32, "fp64": torch.float64}[dtype]
-
-
 def torch_all_reduce(src: Any, dst: Any, in_place: bool, group: Any) -> Callable[[], None]:
     """One ``torch.distributed.all_reduce`` into ``dst``; out of place copies ``src`` first
     (torch has no out-of-place all_reduce)."""
@@ -120,9 +114,9 @@ class GlooAllReduce(Collective):
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
-        self._keep = [torch.empty(count, dtype=_torch_dtype(dtype))]
+        self._keep = [torch.empty(count, dtype=torch_dtype(dtype))]
         if not in_place:
-            self._keep.append(torch.empty(count, dtype=_torch_dtype(dtype)))
+            self._keep.append(torch.empty(count, dtype=torch_dtype(dtype)))
         arrays = [t.numpy() for t in self._keep]
         return arrays[0], arrays[-1]
 
@@ -177,8 +171,8 @@ class ShmPortableAllReduce(Collective):
         }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
-        inp = self.comm.buffer("in", count, NP_DTYPES[dtype])
-        return inp, inp if in_place else self.comm.buffer("out", count, NP_DTYPES[dtype])
+        inp = self.comm.buffer("in", count, device_numpy(dtype))
+        return inp, inp if in_place else self.comm.buffer("out", count, device_numpy(dtype))
 
     def operation(self, inp: np.ndarray, out: np.ndarray, dtype: str) -> Callable[[], None]:
         if self.cross is None:

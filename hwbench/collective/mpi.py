@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.collective.impls import NP_DTYPES, Collective
+from hwbench.collective.impls import Collective
 from hwbench.collective.shm import CollectiveError
 from hwbench.collective.topology import World
+from hwbench.core.dtypes import device_numpy
 
 #: Set to "1" by the launcher in the environment of ranks it starts through mpirun.
 MPI_ENV = "HWBENCH_AR_MPI"
@@ -161,8 +162,8 @@ class MpiAllReduce(Collective):
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
         _arrive(self.world)
-        inp = np.empty(count, dtype=NP_DTYPES[dtype])
-        return inp, inp if in_place else np.empty(count, dtype=NP_DTYPES[dtype])
+        inp = np.empty(count, dtype=device_numpy(dtype))
+        return inp, inp if in_place else np.empty(count, dtype=device_numpy(dtype))
 
     def operation(self, inp: np.ndarray, out: np.ndarray, dtype: str) -> Callable[[], None]:
         MPI, comm = self.mpi, self.comm

@@ -17,7 +17,7 @@ from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
 from hwbench.decide.weights import Dimension
 from hwbench.results.checked import Loaded
-from hwbench.results.collectives import small_message_latency
+from hwbench.results.collective_figures import small_message_latency
 
 SIXTEEN_BIT = ("bf16", "fp16")
 ACCELERATOR_KINDS = ("gpu", "accelerator")

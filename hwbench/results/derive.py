@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hwbench.core.registry import get_kernel
-from hwbench.results import collectives as collective
+from hwbench.results import collective_figures as collective
 from hwbench.results import metrics
 
 

@@ -24,6 +24,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output, real
 from hwbench.core.launch import i64 as i64_arg
@@ -257,13 +258,13 @@ def prepare_cpu(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    np_dtype = np.float32 if dtype == "fp32" else np.float64
+    np_dtype = storage_dtype(dtype)
     bsz, heads = int(shape["batch"]), int(shape["heads"])
     sq, sk, d = int(shape["seq_q"]), int(shape["seq_k"]), int(shape["head_dim"])
     for name, s in (("q", sq), ("k", sk), ("v", sk)):
         arr = inputs[name]
         if arr.shape != (bsz, heads, s, d) or arr.dtype != np_dtype:
-            raise ValueError(f"{name} must be ({bsz},{heads},{s},{d}) {np_dtype.__name__}")
+            raise ValueError(f"{name} must be ({bsz},{heads},{s},{d}) {np_dtype.name}")
     target = target or host_target()
     threads = threads or default_threads()
     return cpu_prepare(build, inputs, dtype, launch(shape, dtype, target, threads), threads, target)

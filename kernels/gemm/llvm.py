@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
@@ -279,11 +280,11 @@ def prepare_cpu(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    np_dtype = np.float32 if dtype == "fp32" else np.float64
+    np_dtype = storage_dtype(dtype)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     a, bm = inputs["A"], inputs["B"]
     if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np_dtype or bm.dtype != np_dtype:
-        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of {np_dtype.__name__}")
+        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of {np_dtype.name}")
     target = target or host_target()
     threads = threads or default_threads()
     plan = launch(shape, dtype, target, threads, blocking)
