@@ -28,7 +28,7 @@ from hwbench.core.host import (
     total_memory,
 )
 from hwbench.core.kernel import Kernel, Shape
-from hwbench.core.loading import load
+from hwbench.core.loading import load_callable
 
 
 class HostCall(Prepared):
@@ -146,7 +146,7 @@ class CPUBackend(Backend):
         device: DeviceInfo,
     ) -> Prepared:
         if impl.kind == "native":
-            call, config = load(impl.entry)(inputs, shape, dtype)  # type: ignore[operator]
+            call, config = load_callable(impl.entry)(inputs, shape, dtype)
             return HostCall(call, config)
         # The CPU launcher and the kernel's source import llvmlite, which is optional.
         from hwbench.kernels.llvmir import cpu_launch

@@ -25,7 +25,7 @@ from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildE
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
-from hwbench.core.loading import load
+from hwbench.core.loading import load_callable
 from hwbench.core.registry import get_backend
 
 _NEEDS_EXT = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
@@ -192,7 +192,7 @@ class OpenCLBackend(Backend):
     ) -> Prepared:
         state = self._state(device)
         if impl.kind == "native":
-            return launcher.native(state, load(impl.entry), inputs, kernel.output_shape(shape), shape, dtype)  # type: ignore[arg-type]
+            return launcher.native(state, load_callable(impl.entry), inputs, kernel.output_shape(shape), shape, dtype)
         source = importlib.import_module(impl.entry)
         if impl.language == "opencl-c":
             plan = source.launch(shape, dtype, device.kind, lanes(device, dtype))

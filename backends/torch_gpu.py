@@ -26,7 +26,7 @@ from hwbench.core.dtypes import torch_dtype
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
-from hwbench.core.loading import load
+from hwbench.core.loading import load_callable
 
 #: Seconds of timed calls per configuration when tuning a Triton kernel.
 TUNE_BUDGET_S = 0.05
@@ -237,7 +237,7 @@ class TorchGPUBackend(Backend):
         out = torch.zeros(kernel.output_shape(shape), dtype=kind, device=dev)
         if impl.kind == "native":
             _set_fp32_precision(dtype)
-            call, config = load(impl.entry)(tensors, out, shape, dtype)  # type: ignore[operator]
+            call, config = load_callable(impl.entry)(tensors, out, shape, dtype)
             return TorchPrepared(call, config)
         source = importlib.import_module(impl.entry)
         if impl.language == "triton":

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["group", "load", "tomllib"]
+__all__ = ["group", "load", "load_callable", "tomllib"]
 
 
 def load(target: str) -> object:
@@ -22,6 +24,14 @@ def load(target: str) -> object:
     for part in filter(None, attr.split(".")):
         obj = getattr(obj, part)
     return obj
+
+
+def load_callable(target: str) -> Callable[..., Any]:
+    """The function ``target`` names; TypeError when it names something else."""
+    found = load(target)
+    if not callable(found):
+        raise TypeError(f"{target} is not callable")
+    return found
 
 
 def group(name: str) -> dict[str, str]:

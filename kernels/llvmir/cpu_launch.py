@@ -76,6 +76,7 @@ class WorkerPool:
                 raise err
 
 
+#: The worker pools of this process, by size (forgotten in a forked child, whose threads did not survive).
 _pools: dict[int, WorkerPool] = {}
 _pools_lock = threading.Lock()
 

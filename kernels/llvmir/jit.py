@@ -82,6 +82,7 @@ def compile_module(
     return CompiledModule(engine=engine, compile_s=time.perf_counter() - t0, llvm_module=mod, target_machine=tm)
 
 
+#: Compiled modules of this process, by key (machine code lives as long as its engine).
 _cache: dict[tuple[str, ...], CompiledModule] = {}
 _cache_lock = threading.Lock()
 
