@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hwbench.backend import Availability, Backend, Implementation
 from hwbench.core.registry import backend_targets, get_backend
 
 PLUGIN = """
@@ -61,3 +62,40 @@ def test_unavailable_plugin_backend_appears_in_a_run_with_its_reason(installed_p
     assert cases == []
     assert [r["status"] for r in skipped] == ["skipped"]
     assert "newchip driver 0.1 not loaded" in skipped[0]["reason"]
+
+
+class _LlvmChip(Backend):
+    """A third-party backend that compiles llvmlite and brings a GEMM native of its own."""
+
+    name = "llvmchip"
+    languages = ("llvmlite",)
+
+    def probe(self) -> Availability:
+        return Availability(True)
+
+    def devices(self) -> list:
+        return []
+
+    def natives(self, kernel):
+        own = Implementation(kernel.name, "chipblas", "native", "chipblas", "the vendor's GEMM", ("fp32",))
+        return [own] + super().natives(kernel) if kernel.name == "gemm" else super().natives(kernel)
+
+    def prepare(self, *args):
+        raise NotImplementedError
+
+
+def test_a_backend_offers_the_kernel_folders_sources_in_its_languages_and_natives_of_its_own() -> None:
+    chip = _LlvmChip()
+    gemm = [(i.name, i.kind, i.language) for i in chip.implementations("gemm")]
+    assert gemm == [("chipblas", "native", "chipblas"), ("llvm", "portable", "llvmlite")]
+    assert [i.name for i in chip.implementations("attention")] == ["llvm"]  # no natives declared for llvmchip
+    assert chip.implementations("allreduce") == []  # spans ranks: run by hwbench.collective, not prepared
+
+
+@pytest.mark.parametrize("name", ["cpu", "opencl", "cuda", "rocm"])
+def test_builtin_backends_list_only_what_they_prepare(name: str) -> None:
+    backend = get_backend(name)
+    assert backend.implementations("allreduce") == []
+    for kernel in ("gemm", "attention"):
+        for impl in backend.implementations(kernel):
+            assert impl.entry, f"{name} {kernel} {impl.name} names no code to prepare"
