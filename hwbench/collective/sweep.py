@@ -19,7 +19,7 @@ import numpy as np
 from hwbench.collective.impls import Collective
 from hwbench.collective.pattern import row_pattern, sum_pattern
 from hwbench.collective.topology import World
-from hwbench.run.stats import stability_warnings, summarize
+from hwbench.run.stats import stability_warnings, summarize, timing_section
 
 MIN_ITERS, MAX_ITERS, MAX_WARMUP = 5, 1000, 100
 
@@ -122,24 +122,13 @@ def to_record(base: dict[str, Any], result: dict[str, Any], resolution_s: float)
         )
     if result["samples"]:
         s = summarize(result["samples"])
-        record["timing"] = {
-            "median_s": s.median,
-            "p99_s": s.p99,
-            "iqr_s": s.iqr,
-            "q1_s": s.q1,
-            "q3_s": s.q3,
-            "mean_s": s.mean,
-            "std_s": s.std,
-            "cv": s.cv,
-            "min_s": s.min,
-            "max_s": s.max,
-            "n": s.n,
-            "timer": result.get("timer", Collective.timer),
-            "resolution_s": result.get("resolution_s") or resolution_s,
-            "flushed": False,
-            "warmup": result["warmup"],
-            "stopped_by": "budget",
-            "samples_s": result["samples"],
-        }
+        record["timing"] = timing_section(
+            result["samples"],
+            timer=result.get("timer", Collective.timer),
+            resolution_s=result.get("resolution_s") or resolution_s,
+            flushed=False,
+            warmup=result["warmup"],
+            stopped_by="budget",
+        )
         record["warnings"] = stability_warnings(s, resolution_s)
     return record

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.core.records import failed, new_record
-from hwbench.run.stats import summarize
+from hwbench.run.stats import summarize, timing_section
 
 CACHE_VARS = (
     "TRITON_CACHE_DIR",
@@ -130,21 +130,9 @@ def startup_record(
         return failed(record, failure.get("status", "runtime_error"), failure.get("reason") or "failed")
     samples = [a["sample_s"] for a in answers]
     summary = summarize(samples)
-    record["timing"] = {
-        "median_s": summary.median,
-        "iqr_s": summary.iqr,
-        "q1_s": summary.q1,
-        "q3_s": summary.q3,
-        "mean_s": summary.mean,
-        "std_s": summary.std,
-        "cv": summary.cv,
-        "min_s": summary.min,
-        "max_s": summary.max,
-        "n": summary.n,
-        "timer": "CLOCK_MONOTONIC, process launch to end of first step",
-        "flushed": None,
-        "samples_s": samples,
-    }
+    record["timing"] = timing_section(
+        samples, timer="CLOCK_MONOTONIC, process launch to end of first step", flushed=None
+    )
     median_answer = min(answers, key=lambda a: abs(a["sample_s"] - summary.median))
     record["config"]["phases_s"] = median_answer["phases_s"]
     record["parity"] = {**median_answer["parity"], "exact": False}

@@ -21,7 +21,7 @@ from hwbench.core.kernel import Kernel
 from hwbench.core.records import failed, new_record
 from hwbench.core.registry import get_backend, get_kernel
 from hwbench.run import parity as parity_mod
-from hwbench.run.stats import stability_warnings, summarize
+from hwbench.run.stats import stability_warnings, summarize, timing_section
 from hwbench.run.timing import Timing, TimingConfig, measure
 
 
@@ -102,26 +102,14 @@ def error_line(exc: BaseException) -> str:
 
 def timing_fields(timing: Timing) -> dict[str, Any]:
     """A record's ``timing`` section from timed samples."""
-    s = summarize(timing.samples)
-    return {
-        "median_s": s.median,
-        "iqr_s": s.iqr,
-        "q1_s": s.q1,
-        "q3_s": s.q3,
-        "mean_s": s.mean,
-        "std_s": s.std,
-        "cv": s.cv,
-        "min_s": s.min,
-        "max_s": s.max,
-        "p99_s": s.p99,
-        "n": s.n,
-        "timer": timing.timer,
-        "resolution_s": timing.resolution_s,
-        "flushed": timing.flushed,
-        "warmup": timing.warmup,
-        "stopped_by": timing.stopped_by,
-        "samples_s": timing.samples,
-    }
+    return timing_section(
+        timing.samples,
+        timer=timing.timer,
+        resolution_s=timing.resolution_s,
+        flushed=timing.flushed,
+        warmup=timing.warmup,
+        stopped_by=timing.stopped_by,
+    )
 
 
 class Pipeline:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,26 @@ def summarize(samples: Sequence[float]) -> Summary:
         max=float(x.max()),
         p99=float(p99),
     )
+
+
+def timing_section(samples: Sequence[float], **fields: Any) -> dict[str, Any]:
+    """A record's ``timing``: the statistics of ``samples`` (seconds), then ``fields`` (timer,
+    resolution, how the samples were taken), then the samples themselves."""
+    s = summarize(samples)
+    stats = {
+        "median_s": s.median,
+        "iqr_s": s.iqr,
+        "q1_s": s.q1,
+        "q3_s": s.q3,
+        "mean_s": s.mean,
+        "std_s": s.std,
+        "cv": s.cv,
+        "min_s": s.min,
+        "max_s": s.max,
+        "p99_s": s.p99,
+        "n": s.n,
+    }
+    return {**stats, **fields, "samples_s": list(samples)}
 
 
 def stability_warnings(summary: Summary, resolution_s: float) -> list[str]:
