@@ -23,11 +23,12 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
 
 KERNEL = "attention"
 DTYPES = ("fp16", "bf16", "fp32")
-ELEMENT = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+ELEMENT = {name: TABLE[name].triton for name in DTYPES}
 
 
 @triton.jit

@@ -20,12 +20,13 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
 
 KERNEL = "gemm"
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
 #: Triton pointer element type of each dtype's storage.
-ELEMENT = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "tf32": "fp32"}
+ELEMENT = {name: TABLE[name].triton for name in DTYPES}
 #: ``tl.dot`` input precision of each dtype.
 PRECISION = {"fp16": "ieee", "bf16": "ieee", "fp32": "ieee", "tf32": "tf32"}
 
