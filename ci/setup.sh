@@ -2,7 +2,8 @@
 # Set up hwbench on a fresh Debian/Ubuntu machine: system packages, a virtual environment
 # in .venv, torch (CPU build where the machine provides one) and hwbench with its extras.
 #   HWBENCH_TORCH=none   skip torch (attention then compares against a NumPy baseline)
-#   HWBENCH_EXTRAS=...   extras to install (default: cpu,test,opencl,gpu-compile; clblast and mpi are tried after them)
+#   HWBENCH_EXTRAS=...   extras to install (default: cpu,test,opencl,gpu-compile; intel-opencl, clblast and mpi
+#                        are tried after them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,8 +44,12 @@ if [ "${HWBENCH_TORCH:-2.13.0}" != none ]; then
   "${PIP[@]}" "torch==${HWBENCH_TORCH:-2.13.0}"
 fi
 "${PIP[@]}" -e ".[${HWBENCH_EXTRAS:-cpu,test,opencl,gpu-compile}]"
-# CLBlast's bindings build from source; without them the opencl backend skips its native GEMM, saying why.
 if [ -z "${HWBENCH_EXTRAS:-}" ]; then
+  # Intel's OpenCL CPU runtime (x86_64 Linux wheels only; nothing is installed elsewhere): without it the
+  # opencl backend has PoCL alone, which takes no SPIR-V, and `hwbench list` says how to add it.
+  "${PIP[@]}" -e ".[intel-opencl]" \
+    || echo "setup: Intel's OpenCL CPU runtime did not install; opencl llvm (SPIR-V) cases will be skipped" >&2
+  # CLBlast's bindings build from source; without them the opencl backend skips its native GEMM, saying why.
   "${PIP[@]}" -e ".[clblast]" || echo "setup: pyclblast did not build; opencl clblast cases will be skipped" >&2
   # mpi4py builds against the system MPI; without it the AllReduce mpi cases are skipped, saying why.
   "${PIP[@]}" -e ".[mpi]" || echo "setup: mpi4py did not build; AllReduce mpi cases will be skipped" >&2
