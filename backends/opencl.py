@@ -3,7 +3,9 @@
 Languages: OpenCL C (each kernel's ``opencl.cl``, launched as its ``opencl.py`` bindings say
 for the device's kind and vector lanes) and llvmlite (the same sources as the CPU's, lowered
 to SPIR-V for devices whose ``CL_DEVICE_IL_VERSION`` takes it). Every call is timed with
-OpenCL profiling events (:mod:`.opencl_device`).
+OpenCL profiling events (:mod:`.opencl_device`). Intel's OpenCL CPU runtime, where pip installed
+it, is added to the ICD loader's drivers before the first platform query (:mod:`.opencl_icd`), so
+every x86 machine has a device that takes SPIR-V beside PoCL.
 
 Natives on ``opencl`` are called as ``fn(queue, buffers, out, shape, dtype)`` with the
 profiling queue, the inputs as device buffers and an output buffer, and return
@@ -22,6 +24,7 @@ import numpy as np
 
 from hwbench.backends import opencl_device as launcher
 from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildError
+from hwbench.backends.opencl_icd import ensure_icd_vendors, intel_note
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
@@ -38,6 +41,7 @@ def lanes(device: DeviceInfo, dtype: str) -> int:
 
 
 def _cl_devices() -> list[tuple[Any, Any]]:
+    ensure_icd_vendors()  # before pyopencl's first platform query: the ICD loader reads its drivers once
     import pyopencl as cl
 
     return [(p, d) for p in cl.get_platforms() for d in p.get_devices()]
@@ -86,7 +90,7 @@ class OpenCLBackend(Backend):
             )
         if not platforms:
             return Availability(False, "OpenCL platforms found, but no devices")
-        return Availability(True)
+        return Availability(True, intel_note(p.name for p, _ in platforms))
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
