@@ -39,6 +39,8 @@ def main(args: argparse.Namespace) -> int:
     for b in backends:
         state = "available" if b["available"] else f"unavailable: {b['reason']}"
         print(f"  {b['name']:<8} {state}")
+        if b["available"] and b["reason"]:  # an available backend's reason is a note (how to add more)
+            print(f"    note: {b['reason']}")
         for d in b.get("devices", []):
             peak = (d.get("peak") or {}).get("tflops", {})
             peaks = ", ".join(f"{k} {v * 1000:.0f} GFLOPS" for k, v in peak.items())
