@@ -221,6 +221,10 @@ def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
             "run",
             "--backend",
             "opencl_faulty,opencl",
+            "--device",  # one device each: Intel's OpenCL CPU runtime, where installed, is a second one
+            "opencl_faulty:0",
+            "--device",
+            "opencl:0",
             "--kernel",
             "gemm",
             "--impl",
