@@ -1,36 +1,25 @@
-"""SPIR-V for OpenCL devices from the same llvmlite kernel sources as the CPU JIT.
+"""SPIR-V for OpenCL devices from the llvmlite SIMT kernel sources.
 
-:class:`SPIRVTarget` lowers a kernel body (``kernels/<name>/llvm.py``) to an OpenCL
-``spir_kernel`` for ``spirv64-unknown-unknown``; :func:`emit_spirv` runs LLVM's SPIR-V
-backend (shipped in llvmlite) and returns the binary module a device whose
-``CL_DEVICE_IL_VERSION`` lists SPIR-V accepts through ``clCreateProgramWithIL``.
-
-A program is one OpenCL work-group of a single work-item, as on the CPU a program is
-one task: the bodies already use the target's vector width for SIMD. The bodies speak
-of one flat address space (``ptr``); here that becomes OpenCL's generic space
-(``addrspace(4)``), global buffers arrive as ``addrspace(1)`` and are cast to it.
-``ctx.local_array`` hands out slices of a global workspace buffer, one slice per
-program, because the CPU kernels' scratch (packed GEMM panels) exceeds local memory.
-
-Entry: ``name(ptr addrspace(1) workspace, i64 workspace_stride, args...)``, with
-``stride >= workspace_bytes(name)``, launched over ``grid`` work-groups of size 1.
+:class:`SPIRVTarget` implements the work-group interface of :mod:`.simt` with OpenCL's
+builtins (``get_local_id``, ``get_group_id``, ``barrier``), the CrossWorkgroup (1),
+Workgroup (3) and Function (0) address spaces, and ``reqd_work_group_size``;
+:func:`emit_spirv` runs LLVM's SPIR-V backend (shipped in llvmlite) and returns the
+binary module a device whose ``CL_DEVICE_IL_VERSION`` lists SPIR-V accepts through
+``clCreateProgramWithIL``.
 """
 
 from __future__ import annotations
 
 import importlib
-import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
-from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.kernel import get_kernel
-from hwbench.kernels.llvmir.irutil import I32, I64, PTR, VOID, i64
-from hwbench.kernels.llvmir.target import KernelBody, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.irutil import I32, I64, VOID
+from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, index_builtin
 
 if TYPE_CHECKING:
     import llvmlite.binding as llvm
@@ -38,153 +27,49 @@ if TYPE_CHECKING:
 TRIPLE = "spirv64-unknown-unknown"
 #: First word of every SPIR-V module (little-endian on disk: 03 02 23 07).
 SPIRV_MAGIC = 0x07230203
-GLOBAL = ir.PointerType(addrspace=1)
-_ALIGN = 64
 _CLK_LOCAL_MEM_FENCE = 1
-_BUILTINS = {"group": "_Z12get_group_idj", "groups": "_Z14get_num_groupsj"}
 
 
-def _builtin(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, list(args)), name=name)
-        fn.calling_convention = "spir_func"
-    return fn
-
-
-class _SPIRVContext(KernelContext):
-    """Grid from OpenCL's work-group builtins; scratch from the global workspace."""
-
-    def __init__(self, target: SPIRVTarget, builder: ir.IRBuilder, workspace: ir.Value) -> None:
-        super().__init__(target, builder)
-        self._workspace = workspace
-        self.workspace_bytes = 0
-
-    def _call(self, which: str, axis: int) -> ir.Value:
-        fn = _builtin(self.builder.module, _BUILTINS[which], I64, [I32])
-        call = self.builder.call(fn, [ir.Constant(I32, axis)])
-        call.calling_convention = "spir_func"
-        return call
-
-    def program_id(self, axis: int) -> ir.Value:
-        return self._call("group", axis)
-
-    def num_programs(self, axis: int) -> ir.Value:
-        return self._call("groups", axis)
-
-    def barrier(self) -> None:
-        fn = _builtin(self.builder.module, "_Z7barrierj", VOID, [I32])
-        self.builder.call(fn, [ir.Constant(I32, _CLK_LOCAL_MEM_FENCE)]).calling_convention = "spir_func"
-
-    def local_array(self, elem: ir.Type, count: int) -> ir.Value:
-        offset = -(-self.workspace_bytes // _ALIGN) * _ALIGN
-        self.workspace_bytes = offset + count * _type_bytes(elem)
-        return self.builder.gep(self._workspace, [i64(offset)], inbounds=True, source_etype=ir.IntType(8))
-
-
-def _type_bytes(ty: ir.Type) -> int:
-    if isinstance(ty, ir.VectorType):
-        return ty.count * _type_bytes(ty.element)
-    if isinstance(ty, ir.IntType):
-        return max(1, ty.width // 8)
-    return {"float": 4, "double": 8, "half": 2}[str(ty)]
-
-
-class SPIRVTarget(LLVMTarget):
-    """OpenCL SPIR-V (``spirv64``) for a device with ``lanes`` fp32 SIMD lanes per work-item."""
+class SPIRVTarget(SIMTTarget):
+    """OpenCL SPIR-V (``spirv64``) for a device with the given limits."""
 
     triple = TRIPLE
     kind = "spirv"
+    kernel_calling_convention = "spir_kernel"
 
-    def __init__(self, lanes: int = 4) -> None:
+    def __init__(self, limits: DeviceLimits | None = None) -> None:
+        super().__init__(limits or DeviceLimits(kind="cpu", lanes=4))
         self.data_layout = str(_machine().target_data)
-        self.lanes = max(1, int(lanes))
-        self.name = f"spirv64-v{self.lanes}"
-        self.workspace: dict[str, int] = {}
+        self.name = f"spirv64-{self.limits.kind}"
 
-    def vector_width(self, dtype: str) -> int:
-        return max(1, self.lanes * 4 // DTYPE_BYTES[dtype])
+    def _builtin(self, builder: ir.IRBuilder, name: str, axis: int) -> ir.Value:
+        return index_builtin(builder, name, I64, [ir.Constant(I32, axis)], cc="spir_func")
 
-    def define_kernel(
-        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
-    ) -> ir.Function:
-        params = [GLOBAL, I64] + [GLOBAL if t == PTR else t for t in arg_types]
-        fn = ir.Function(module, ir.FunctionType(VOID, params), name=name)
-        fn.calling_convention = "spir_kernel"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ws_global, stride = fn.args[:2]
-        args = [b.addrspacecast(a, PTR) if a.type == GLOBAL else a for a in fn.args[2:]]
-        ctx = _SPIRVContext(self, b, workspace=None)
-        flat = b.add(
-            b.mul(b.add(b.mul(ctx.program_id(2), ctx.num_programs(1)), ctx.program_id(1)), ctx.num_programs(0)),
-            ctx.program_id(0),
-        )
-        mine = b.gep(ws_global, [b.mul(flat, stride)], inbounds=True, source_etype=ir.IntType(8))
-        ctx._workspace = b.addrspacecast(mine, PTR)
-        body(ctx, args)
-        b.ret_void()
-        self.workspace[name] = max(ctx.workspace_bytes, _ALIGN)
-        return fn
+    def local_id(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._builtin(builder, "_Z12get_local_idj", axis)
 
+    def group_id(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._builtin(builder, "_Z12get_group_idj", axis)
 
-_FLAT_PTR = re.compile(r"(?<![%@.\w\"])ptr(?![\w.\"])(?!\s+addrspace)")
-_P0_SUFFIX = re.compile(r"(@\"?llvm\.[\w.]*?)\.p0\b")
+    def linear_local_id(self, builder: ir.IRBuilder, local_size: Sequence[int]) -> ir.Value:
+        # OpenCL's own builtin: LLVM 22's SPIR-V backend miscompiles ``(y * nx + x) & mask``
+        # (narrowed to i8 with the wrong sign) when x and y come from get_local_id.
+        return index_builtin(builder, "_Z19get_local_linear_idv", I64, [], cc="spir_func")
 
+    def barrier(self, builder: ir.IRBuilder) -> None:
+        module = builder.module
+        fn = module.globals.get("_Z7barrierj")
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(VOID, [I32]), name="_Z7barrierj")
+            fn.calling_convention = "spir_func"
+        builder.call(fn, [ir.Constant(I32, _CLK_LOCAL_MEM_FENCE)]).calling_convention = "spir_func"
 
-def _masked_lanes(fn: ir.Function, store: bool) -> None:
-    """Give a masked load/store declaration a lane-by-lane body (SPIR-V has no masked memory ops)."""
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    if store:
-        value, ptr, _, mask = fn.args
-        vty = value.type
-    else:
-        ptr, _, mask, value = fn.args
-        vty = fn.function_type.return_type
-    for lane in range(vty.count):
-        index = ir.Constant(I32, lane)
-        on = b.extract_element(mask, index)
-        before = b.block
-        with b.if_then(on):
-            where = b.gep(ptr, [i64(lane)], inbounds=True, source_etype=vty.element)
-            if store:
-                b.store(b.extract_element(value, index), where)
-            else:
-                loaded = b.insert_element(value, b.load(where, typ=vty.element), index)
-                inside = b.block
-        if not store:
-            merged = b.phi(vty)
-            merged.add_incoming(loaded, inside)
-            merged.add_incoming(value, before)
-            value = merged
-    b.ret_void() if store else b.ret(value)
+    def annotate(self, module: ir.Module, fn: ir.Function, local_size: Sequence[int]) -> None:
+        sizes = list(local_size) + [1] * (3 - len(local_size))
+        fn.set_metadata("reqd_work_group_size", module.add_metadata([ir.Constant(I32, int(v)) for v in sizes]))
 
-
-def _lower_masked(module: ir.Module) -> None:
-    """Replace ``llvm.masked.load/store`` declarations by internal lane-by-lane functions."""
-    for fn in list(module.functions):
-        for kind in ("load", "store"):
-            if fn.name.startswith(f"llvm.masked.{kind}.") and fn.is_declaration:
-                fn.name = fn.name.replace("llvm.masked.", "hwbench.masked.").replace(".", "_")
-                fn.linkage = "internal"
-                _masked_lanes(fn, kind == "store")
-
-
-def to_generic_ir(module: ir.Module) -> str:
-    """The module's IR with the bodies' flat ``ptr`` moved to OpenCL's generic space."""
-    _lower_masked(module)
-    text = _FLAT_PTR.sub("ptr addrspace(4)", str(module))
-    return _P0_SUFFIX.sub(r"\1.p4", text)
-
-
-@dataclass(frozen=True)
-class SPIRVModule:
-    """A SPIR-V binary and what launching its entry needs."""
-
-    binary: bytes
-    entry: str
-    workspace_bytes: int
-    compile_s: float
-    target: str
+    def lower(self, module: ir.Module, entry: str) -> SIMTBinary:
+        return emit_spirv(module, self, entry)
 
 
 def _machine() -> llvm.TargetMachine:
@@ -194,12 +79,15 @@ def _machine() -> llvm.TargetMachine:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     try:
-        return llvm.Target.from_triple(TRIPLE).create_target_machine(opt=3)
+        # Code-generation optimisation off: LLVM 22's SPIR-V backend at -O1 and above miscompiles
+        # index arithmetic of multi-work-item kernels (e.g. ``x & 3`` emitted as ``x & 255``);
+        # the middle-end clean-up runs before it, and the device's compiler optimises the rest.
+        return llvm.Target.from_triple(TRIPLE).create_target_machine(opt=0)
     except RuntimeError as exc:
         raise RuntimeError(f"this llvmlite's LLVM has no SPIR-V backend: {exc}") from None
 
 
-def emit_spirv(module: ir.Module, target: SPIRVTarget, entry: str) -> SPIRVModule:
+def emit_spirv(module: ir.Module, target: SPIRVTarget, entry: str) -> SIMTBinary:
     """Verify, optimise (O3) and lower ``module`` to a SPIR-V binary with LLVM's SPIR-V backend.
 
     Raises RuntimeError when llvmlite's LLVM has no SPIR-V backend or rejects the module.
@@ -208,16 +96,34 @@ def emit_spirv(module: ir.Module, target: SPIRVTarget, entry: str) -> SPIRVModul
 
     t0 = time.perf_counter()
     machine = _machine()
-    mod = llvm.parse_assembly(to_generic_ir(module))
+    mod = llvm.parse_assembly(str(module))
     mod.triple, mod.data_layout = TRIPLE, str(machine.target_data)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(machine, pto)
-    pb.getModulePassManager().run(mod, pb)
+    _clean_up(mod, machine)
     binary = machine.emit_object(mod)
     if int.from_bytes(binary[:4], "little") != SPIRV_MAGIC:
         raise RuntimeError("LLVM's SPIR-V backend produced no SPIR-V module")
-    return SPIRVModule(binary, entry, target.workspace[entry], time.perf_counter() - t0, target.name)
+    return SIMTBinary(entry, binary, "", time.perf_counter() - t0, target.name)
+
+
+def _clean_up(mod: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
+    """Scalar clean-up passes only: the device's compiler optimises the SPIR-V itself, and the
+    O3 pipeline's VectorCombine makes ``<1 x float>`` loads, which SPIR-V cannot express."""
+    import llvmlite.binding as llvm
+
+    pm = llvm.create_new_module_pass_manager()
+    for add in (
+        pm.add_sroa_pass,
+        pm.add_instruction_combine_pass,
+        pm.add_simplify_cfg_pass,
+        pm.add_sccp_pass,
+        pm.add_new_gvn_pass,
+        pm.add_instruction_combine_pass,
+        pm.add_aggressive_dce_pass,
+        pm.add_simplify_cfg_pass,
+    ):
+        add()
+    pm.run(mod, llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2)))
 
 
 def spirv_problem(binary: bytes) -> str | None:
@@ -245,50 +151,53 @@ def llvm_source(kernel: str) -> Any:
     return importlib.import_module(spec.entry(source.module))
 
 
-def _build_here(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
+def _build_here(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
     source = llvm_source(kernel)
-    target = SPIRVTarget(lanes)
-    return emit_spirv(source.build(target, dtype), target, source.KERNEL)
+    target = SPIRVTarget(DeviceLimits(**limits))
+    return target.lower(source.build(target, dtype, config), source.KERNEL)
 
 
-def _build_in_child(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
+def _build_in_child(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
     """The same build in a fresh interpreter (see :func:`build_spirv` for why)."""
     import base64
+    import dataclasses
     import json
     import subprocess
     import sys
 
     code = (
-        "import base64, dataclasses, json; from hwbench.kernels.llvmir.spirv import _build_here; "
-        f"m = dataclasses.asdict(_build_here({kernel!r}, {dtype!r}, {lanes})); "
+        "import base64, dataclasses, json, sys; from hwbench.kernels.llvmir.spirv import _build_here; "
+        "a = json.loads(sys.stdin.read()); m = dataclasses.asdict(_build_here(*a)); "
         "m['binary'] = base64.b64encode(m['binary']).decode(); print(json.dumps(m))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    request = json.dumps([kernel, dtype, dict(limits), dict(config)])
+    proc = subprocess.run([sys.executable, "-c", code], input=request, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"SPIR-V build in a child process failed: {proc.stderr.strip()[-300:]}")
     fields = json.loads(proc.stdout.strip().splitlines()[-1])
     fields["binary"] = base64.b64decode(fields["binary"])
-    return SPIRVModule(**fields)
+    return SIMTBinary(**{f.name: fields[f.name] for f in dataclasses.fields(SIMTBinary)})
 
 
 #: Fresh-process rebuilds tried when LLVM's SPIR-V backend emits an invalid module.
 SPIRV_RETRIES = 3
 
 
-def build_spirv(kernel: str, dtype: str, lanes: int) -> SPIRVModule:
-    """The llvmlite source of ``kernel`` (``gemm``, ``attention``, ...) in ``dtype`` as SPIR-V for ``lanes`` fp32 lanes.
+def build_spirv(kernel: str, dtype: str, limits: DeviceLimits, config: Mapping[str, int]) -> SIMTBinary:
+    """The SIMT llvmlite source of ``kernel`` (``gemm``, ``attention``) in ``dtype`` as SPIR-V
+    for a device with ``limits``, in configuration ``config``.
 
     LLVM 22's SPIR-V backend occasionally emits a module with a duplicated result id
     ("Id N is defined more than once") for the same IR, depending on the process's memory
     layout. Where ``spirv-val`` is installed every module is validated, and an invalid one is
     rebuilt in a fresh interpreter; RuntimeError (a compile_error record) if none validates.
     """
-    module = _build_here(kernel, dtype, lanes)
+    module = _build_here(kernel, dtype, limits.as_dict(), config)
     problem = spirv_problem(module.binary)
     for _ in range(SPIRV_RETRIES):
         if problem is None:
             return module
-        module = _build_in_child(kernel, dtype, lanes)
+        module = _build_in_child(kernel, dtype, limits.as_dict(), config)
         problem = spirv_problem(module.binary)
     if problem is not None:
         raise RuntimeError(f"LLVM's SPIR-V backend emitted an invalid module for {kernel} {dtype}: {problem}")

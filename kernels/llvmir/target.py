@@ -1,15 +1,16 @@
-"""The one interface that hides everything target specific from kernel sources.
+"""Code-generation targets of the llvmlite kernels, and the host CPU's program model.
 
-A kernel is written once as a Python function ``body(ctx, args)`` that emits
-LLVM IR for ONE program (a CUDA block / an OpenCL work-group / a CPU task).
-Everything that differs between targets goes through :class:`LLVMTarget` and
-the :class:`KernelContext` it hands to the body:
+:class:`LLVMTarget` is what every target has: triple, data layout, vector width, a
+name for caches. Work-group targets (SPIR-V, NVPTX, AMDGCN) implement
+:class:`~hwbench.kernels.llvmir.simt.SIMTTarget`. The host CPU runs *programs*: a
+CPU kernel is written as ``body(ctx, args)`` emitting LLVM IR for ONE program (a
+task a worker thread runs), and asks the :class:`KernelContext` it is handed:
 
 * ``ctx.program_id(axis)`` / ``ctx.num_programs(axis)`` -- the grid;
 * ``ctx.barrier()`` -- sync of the program's threads;
 * ``ctx.local_array(elem, count)`` -- per-program scratch memory;
 * ``target.vector_width(dtype)`` -- SIMD lanes the body should use;
-* ``target.triple`` / ``target.data_layout`` / ``target.define_kernel`` --
+* ``target.triple`` / ``target.data_layout`` / ``CPUTarget.define_kernel`` --
   the module header and how the entry point is declared.
 """
 
@@ -66,18 +67,10 @@ class LLVMTarget(ABC):
     data_layout: str
     #: ``cpu``, ``spirv``, ``ptx`` or ``amdgcn``: kernels choose their blocking by it.
     kind: str = ""
-    #: Bytes of scratch one program may use where the target caps it (a GPU thread), else None.
-    private_bytes: int | None = None
 
     @abstractmethod
     def vector_width(self, dtype: str) -> int:
         """Elements of ``dtype`` per SIMD vector."""
-
-    @abstractmethod
-    def define_kernel(
-        self, module: ir.Module, name: str, arg_types: Sequence[ir.Type], body: KernelBody
-    ) -> ir.Function:
-        """Create the entry point ``name`` and emit ``body(ctx, args)`` into it."""
 
     def new_module(self, name: str) -> ir.Module:
         """An empty module carrying this target's triple and data layout."""

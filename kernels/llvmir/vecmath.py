@@ -43,29 +43,32 @@ _EXP_PARAMS = {
 
 
 def _const(builder: ir.IRBuilder, ty: ir.Type, value: float, width: int) -> ir.Value:
-    return splat(builder, ir.Constant(ty, value), width)
+    """``value`` as a ``width``-lane vector, or a plain scalar when ``width`` is 0."""
+    return ir.Constant(ty, value) if width == 0 else splat(builder, ir.Constant(ty, value), width)
 
 
 def _rint(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     vty = x.type
-    suffix = f"v{vty.count}{'f32' if vty.element == F32 else 'f64'}"
+    scalar = "f32" if (vty.element if isinstance(vty, ir.VectorType) else vty) == F32 else "f64"
+    suffix = f"v{vty.count}{scalar}" if isinstance(vty, ir.VectorType) else scalar
     name = f"llvm.rint.{suffix}"
     fn = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vty, [vty]), name=name)
     return builder.call(fn, [x])
 
 
 def exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """Element-wise ``exp`` of a float/double vector.
+    """Element-wise ``exp`` of a float/double vector (or of a scalar).
 
     Relative error ~1e-7 (fp32) / ~2e-16 (fp64) in the normal range, gradual
     underflow below it (``exp(-inf)`` and ``exp(-1000)`` are exactly 0),
     ``inf`` past the largest finite result, NaN propagates.
     """
     vty = x.type
-    elem = vty.element
-    w = vty.count
+    vector = isinstance(vty, ir.VectorType)
+    elem = vty.element if vector else vty
+    w = vty.count if vector else 0
     p = _EXP_PARAMS[str(elem)]
-    int_vty = vec_type(p["int_ty"], w)
+    int_vty = vec_type(p["int_ty"], w) if vector else p["int_ty"]
 
     xc = fmin(builder, fmax(builder, x, _const(builder, elem, p["lo"], w)), _const(builder, elem, p["hi"], w))
     n = _rint(builder, builder.fmul(xc, _const(builder, elem, 1.0 / math.log(2.0), w)))
@@ -78,18 +81,18 @@ def exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
         poly = fma(builder, poly, r, _const(builder, elem, 1.0 / math.factorial(k), w))
 
     ni = builder.fptosi(n, int_vty)
-    half = builder.ashr(ni, splat(builder, ir.Constant(p["int_ty"], 1), w))
+    half = builder.ashr(ni, _const(builder, p["int_ty"], 1, w))
     result = builder.fmul(poly, _pow2(builder, half, p, vty))
     result = builder.fmul(result, _pow2(builder, builder.sub(ni, half), p, vty))
     return builder.select(builder.fcmp_unordered("uno", x, x), x, result)
 
 
-def _pow2(builder: ir.IRBuilder, n: ir.Value, p: dict, vty: ir.VectorType) -> ir.Value:
+def _pow2(builder: ir.IRBuilder, n: ir.Value, p: dict, vty: ir.Type) -> ir.Value:
     """2**n as floats for integer n inside the normal exponent range."""
-    w = vty.count
+    w = vty.count if isinstance(vty, ir.VectorType) else 0
     bits = builder.shl(
-        builder.add(n, splat(builder, ir.Constant(p["int_ty"], p["bias"]), w)),
-        splat(builder, ir.Constant(p["int_ty"], p["mant_bits"]), w),
+        builder.add(n, _const(builder, p["int_ty"], p["bias"], w)),
+        _const(builder, p["int_ty"], p["mant_bits"], w),
     )
     return builder.bitcast(bits, vty)
 
