@@ -1,6 +1,7 @@
 """Attention forward ``O = softmax(Q K^T / sqrt(D)) V`` in llvmlite IR (flash style).
 
-One program handles ``BQ = QV * VW`` query rows of one (batch, head). Scores
+On work-group targets (SPIR-V, NVPTX, AMDGCN) the kernel is :mod:`.simt`'s; on the host CPU
+one program handles ``BQ = QV * VW`` query rows of one (batch, head). Scores
 are kept transposed, ``S^T[j][i]``, with the vector lanes running over query
 rows, so that
 
@@ -20,6 +21,7 @@ data and never stored.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -28,6 +30,7 @@ from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output, real
 from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.attention import simt
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
 from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
@@ -48,6 +51,7 @@ from hwbench.kernels.llvmir.irutil import (
     splat,
     store_vec,
 )
+from hwbench.kernels.llvmir.simt import SIMTTarget
 from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
 from hwbench.kernels.llvmir.vecmath import exp as vexp
 
@@ -58,14 +62,14 @@ BK = 12  # keys per block: BK * QV = 24 score accumulators in registers
 D_MAX = 1024  # head_dim bound baked into the workspace
 
 
-def max_head_dim(target: LLVMTarget, dtype: str) -> int:
-    """head_dim bound of the workspace: D_MAX, or what fits where the target caps per-program
-    memory (GPU threads): two D x BQ tiles and the BQ reciprocals."""
-    budget = target.private_bytes
-    if budget is None:
-        return D_MAX
-    bq = QV * target.vector_width(dtype)
-    return min(D_MAX, (budget // elem_size(scalar_type(dtype)) - bq) // (2 * bq))
+#: head_dim of the configuration ``hwbench compile`` builds (the longest a GPU keeps in registers).
+COMPILE_HEAD_DIM = simt.REG_HEAD_MAX
+
+
+def simt_config(target: SIMTTarget, dtype: str, shape: Shape | None = None) -> dict[str, int]:
+    """The work-group kernel's configuration for ``target``'s device and the shape's head_dim."""
+    head_dim = int(shape["head_dim"]) if shape else COMPILE_HEAD_DIM
+    return simt.choose_config(target.limits, dtype, target.vector_width(dtype), head_dim)
 
 
 def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
@@ -179,16 +183,21 @@ def _store_out(tl: _Tile, ctx: KernelContext, out: ir.Value, i0: ir.Value, sq: i
             b.store(b.fmul(x, r), elem_ptr(b, out, t, b.add(row, d)))
 
 
-def build(target: LLVMTarget, dtype: str) -> ir.Module:
-    """The attention kernel module for ``target``.
+def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) -> ir.Module:
+    """The attention kernel module for ``target``: :mod:`.simt`'s work-group kernel on a SIMT
+    target (in ``config``, default :func:`simt_config`), else the CPU's SIMD kernel.
 
     Entry ``attention(q, k, v, out, Sq, Sk, D, causal, scale)`` over the grid
-    ``(ceil(Sq / BQ), batch * heads)``; ``D <= max_head_dim(target, dtype)``.
+    ``(ceil(Sq / BQ), batch * heads)``; ``D <= D_MAX``.
     """
+    if isinstance(target, SIMTTarget):
+        return simt.build(target, dtype, config or simt_config(target, dtype))
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no attention lowering for {type(target).__name__}")
     t = scalar_type(dtype)
     vw = target.vector_width(dtype)
     bq = QV * vw
-    d_max = max_head_dim(target, dtype)
+    d_max = D_MAX
     module = target.new_module(f"{KERNEL}_{dtype}")
 
     def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
@@ -221,28 +230,30 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
     return module
 
 
-def launch(shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1) -> Launch:
+def launch(
+    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, config: dict[str, int] | None = None
+) -> Launch:
     """``attention(q, k, v, o, Sq, Sk, D, causal, scale)`` over ``(ceil(Sq/BQ), batch * heads)``
     programs; on the CPU a problem under 2 MFLOP runs on one worker. ValueError for a head
     dimension past what the target's per-program memory holds."""
     bsz, heads = int(shape["batch"]), int(shape["heads"])
     sq, sk, d = int(shape["seq_q"]), int(shape["seq_k"]), int(shape["head_dim"])
     causal = int(shape.get("causal", 0))
-    limit = max_head_dim(target, dtype)
+    if isinstance(target, SIMTTarget):
+        return simt.launch(shape, dtype, target, config or simt_config(target, dtype, shape))
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no attention lowering for {type(target).__name__}")
+    limit = D_MAX
     if not 1 <= d <= limit:
-        where = (
-            f"a program's {target.private_bytes} bytes on {target.name}" if target.private_bytes else "the workspace"
-        )
-        raise ValueError(f"head_dim must be in [1, {limit}] (what fits {where} for {dtype}), got {d}")
+        raise ValueError(f"head_dim must be in [1, {limit}] (what fits the workspace for {dtype}), got {d}")
     vw = target.vector_width(dtype)
     grid = (-(-sq // (QV * vw)), bsz * heads) if sk > 0 else (0, 0)
     workers = 1 if 4.0 * bsz * heads * sq * sk * d < 2e6 else workers
     args = (buffer("q"), buffer("k"), buffer("v"), output(), *(i64_arg(x) for x in (sq, sk, d, causal)))
     args += (real(1.0 / math.sqrt(d), dtype),)
-    config = dict(
-        kernel=KERNEL, dtype=dtype, target=target.name, causal=causal, max_head_dim=limit, **tile_sizes(dtype, vw)
-    )
-    return Launch(KERNEL, args, grid, (bsz, heads, sq, d), config=config, workers=workers)
+    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "causal": causal}
+    record.update(max_head_dim=limit, **tile_sizes(dtype, vw))
+    return Launch(KERNEL, args, grid, (bsz, heads, sq, d), config=record, workers=workers)
 
 
 def prepare_cpu(

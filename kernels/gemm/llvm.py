@@ -1,6 +1,7 @@
 """GEMM ``C = A @ B`` written once in llvmlite IR (BLIS/Goto structure).
 
-One program computes an ``mc x nc`` tile of C. For each ``kc`` slice of K it
+On work-group targets (SPIR-V, NVPTX, AMDGCN) the kernel is :mod:`.simt`'s; on the host CPU
+one program computes an ``mc x nc`` tile of C. For each ``kc`` slice of K it
 packs its B block into ``kc x NR`` panels (zero-padded in N) and its A block
 into ``MR x kc`` panels (rows past M are clamped duplicates whose results are
 never stored), then runs an ``MR x NR`` register-blocked microkernel: NR/VW
@@ -11,6 +12,8 @@ Edge tiles store through masked loads/stores, so any M, N, K works in bounds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 
@@ -18,6 +21,7 @@ from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.gemm import simt
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
 from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
@@ -42,6 +46,7 @@ from hwbench.kernels.llvmir.irutil import (
     splat,
     store_vec,
 )
+from hwbench.kernels.llvmir.simt import SIMTTarget
 from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
 
 DTYPES = ("fp32", "fp64")
@@ -50,17 +55,6 @@ MR = 14  # rows of the register tile; NR = 2 vectors -> 28 accumulators + 2 B + 
 NR_VECTORS = 2
 # Upper bounds baked into the workspace; the actual mc/nc/kc are kernel arguments.
 _MAX_BLOCK = {"fp32": dict(mc=28 * MR, nc=1024, kc=512), "fp64": dict(mc=28 * MR, nc=512, kc=512)}
-
-
-def block_limits(target: LLVMTarget, dtype: str) -> dict[str, int]:
-    """Largest mc/nc/kc the workspace holds: the CPU's cache blocks, or one register tile
-    (MR x NR, with kc filling the rest) where the target caps per-program memory (GPU threads)."""
-    budget = target.private_bytes
-    if budget is None:
-        return _MAX_BLOCK[dtype]
-    nr = NR_VECTORS * target.vector_width(dtype)
-    kc = budget // ((MR + nr) * elem_size(scalar_type(dtype)))
-    return dict(mc=MR, nc=nr, kc=max(1, kc))
 
 
 def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
@@ -142,17 +136,22 @@ def _emit_pack_a(
                 b.store(x, elem_ptr(b, dst, t, b.add(drow, i64(r))))
 
 
-def build(target: LLVMTarget, dtype: str) -> ir.Module:
-    """The GEMM kernel module for ``target``.
+def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) -> ir.Module:
+    """The GEMM kernel module for ``target``: the work-group kernel of :mod:`.simt` on a SIMT
+    target (in ``config``, default :func:`simt_config`), else the CPU's SIMD kernel.
 
     Entry ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)``; grid
     ``(ceil(N/nc), ceil(M/mc))``; needs ``mc <= 28*MR``, ``nc`` a multiple of NR
     within the dtype's bound, ``kc`` within its bound.
     """
+    if isinstance(target, SIMTTarget):
+        return simt.build(target, dtype, config or simt_config(target, dtype))
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no GEMM lowering for {type(target).__name__}")
     t = scalar_type(dtype)
     vw = target.vector_width(dtype)
     nr = NR_VECTORS * vw
-    lim = block_limits(target, dtype)
+    lim = _MAX_BLOCK[dtype]
     module = target.new_module(f"{KERNEL}_{dtype}")
     micro = _emit_micro(module, dtype, vw)
 
@@ -223,46 +222,46 @@ def _check_blocking(dtype: str, blk: dict[str, int]) -> None:
             raise ValueError(f"blocking {key}={blk[key]} outside [1, {lim[key]}] for {dtype}")
 
 
-def _workgroup_blocking(dtype: str, m: int, n: int, k: int, vw: int) -> dict[str, int]:
-    """Blocks of a program that is one work-group with global scratch (SPIR-V): up to 8 register
-    tiles of rows, 256 columns and 256 steps of K."""
-    mr, nr = MR, NR_VECTORS * vw
-    return {"mc": min(-(-m // mr) * mr, 8 * mr), "nc": min(-(-n // nr) * nr, 256 // nr * nr), "kc": min(max(k, 1), 256)}
-
-
-def blocking(shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc for ``target``: one register tile per GPU thread where per-program memory is capped,
-    the CPU's cache blocking (evened out over ``workers``), else the work-group blocking."""
+def blocking(shape: Shape, dtype: str, target: CPUTarget, workers: int = 1) -> dict[str, int]:
+    """mc/nc/kc for the host CPU: its cache blocking, evened out over ``workers``."""
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    vw = target.vector_width(dtype)
-    if target.private_bytes is not None:
-        return block_limits(target, dtype)
-    if target.kind == "cpu":
-        return _blocking(dtype, m, n, k, vw, workers)
-    return _workgroup_blocking(dtype, m, n, k, vw)
+    return _blocking(dtype, m, n, k, target.vector_width(dtype), workers)
+
+
+def simt_config(target: SIMTTarget, dtype: str, shape: Shape | None = None) -> dict[str, int]:
+    """The work-group kernel's configuration for ``target``'s device (see :mod:`.simt`)."""
+    return simt.choose_config(target.limits, dtype, target.vector_width(dtype))
 
 
 def launch(
-    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
+    shape: Shape,
+    dtype: str,
+    target: LLVMTarget,
+    workers: int = 1,
+    blocks: dict[str, int] | None = None,
+    config: dict[str, int] | None = None,
 ) -> Launch:
-    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))`` programs.
+    """On the CPU, ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc),
+    ceil(M/mc))`` programs; on a SIMT target, the work-group kernel's launch in ``config``.
 
     ``blocks`` overrides :func:`blocking` (for tuning and tests); on the CPU a problem under
     2 MFLOP runs on one worker (waking more costs more than it saves).
     """
+    if isinstance(target, SIMTTarget):
+        return simt.launch(shape, dtype, target, config or simt_config(target, dtype))
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no GEMM lowering for {type(target).__name__}")
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     workers = 1 if 2.0 * m * n * k < 2e6 else workers
     blk = dict(blocks) if blocks else blocking(shape, dtype, target, workers)
-    if target.kind == "cpu":
-        _check_blocking(dtype, blk)
+    _check_blocking(dtype, blk)
     grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
     args = (buffer("A"), buffer("B"), output()) + tuple(
         i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
     )
-    config = dict(
-        kernel=KERNEL, dtype=dtype, target=target.name, **tile_sizes(dtype, target.vector_width(dtype)), **blk
-    )
-    return Launch(KERNEL, args, grid, (m, n), config=config, workers=workers)
+    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name}
+    record.update(tile_sizes(dtype, target.vector_width(dtype)), **blk)
+    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers)
 
 
 def prepare_cpu(

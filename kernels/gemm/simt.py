@@ -1,0 +1,314 @@
+"""GEMM ``C = A @ B`` as a work-group (SIMT) kernel in llvmlite IR, for SPIR-V, NVPTX and AMDGCN.
+
+A work-group of ``WGN x WGM`` work-items computes a ``BM x BN`` block of C
+(``BM = WGM*TM``, ``BN = WGN*TNV*VW``). Work-item ``(tx, ty)`` holds a ``TM x TNV``
+register tile of ``VW``-wide vectors: rows ``ty + r*WGM`` and column vectors
+``(tx + v*WGN)*VW`` of the block, so neighbouring work-items touch neighbouring
+columns (coalesced on a GPU; one SIMD program per work-item on a CPU device).
+
+Two ways to feed the register tiles, both from this one source:
+
+* ``TK > 0``: the work-group stages ``BM x TK`` of A (transposed) and ``TK x BN`` of B
+  in shared memory, each work-item copying its share with clamped, zero-masked loads;
+  a barrier; ``TK`` unrolled steps of ``TM`` shared loads of A, ``TNV`` vector loads of
+  B and ``TM*TNV`` FMAs; a barrier. Edges of M, N and K are zeros in the tiles.
+* ``TK == 0``: every work-item streams its rows of A and its columns of B from global
+  memory (the CPU-device configuration: caches do the staging). Blocks inside the
+  matrix take an unchecked path; blocks on an edge read clamped, in-bounds indices.
+
+Stores are masked to ``M x N`` either way, so any shape works. The configuration comes
+from the device (:func:`choose_config`) and is written into each record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llvmlite import ir
+
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.kernel import Shape
+from hwbench.core.launch import Launch, buffer, output
+from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry
+from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
+
+KERNEL = "gemm"
+DTYPES = ("fp32", "fp64", "fp16", "bf16")
+CONFIG_KEYS = ("WGN", "WGM", "TM", "TNV", "VW", "TK")
+#: Steps of a shared K tile unrolled in straight-line code (longer tiles loop over such runs).
+UNROLL_K = 16
+
+
+def choose_config(limits: DeviceLimits, dtype: str, vector_width: int) -> dict[str, int]:
+    """Work-group shape and tiles for a device: a CPU device gets one SIMD microkernel per
+    work-item (12 x 2 vectors, no shared memory, as its caches stage the data); a GPU gets
+    16 x 16 threads with 8 x 8 (fp64: 4 x 4) register tiles and shared-memory K tiles."""
+    if limits.kind == "cpu":
+        return {"WGN": 1, "WGM": 1, "TM": 12 if vector_width >= 8 else 6, "TNV": 2, "VW": vector_width, "TK": 0}
+    side = 16 if limits.max_work_group >= 256 else 8
+    tile = 4 if dtype == "fp64" else 8
+    cfg = {"WGN": side, "WGM": side, "TM": tile, "TNV": tile, "VW": 1, "TK": 16}
+    while shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)]) > limits.local_mem_bytes and cfg["TK"] > 1:
+        cfg["TK"] //= 2
+    return cfg
+
+
+def block_shape(cfg: Mapping[str, int]) -> tuple[int, int]:
+    """(BM, BN): rows and columns of C one work-group computes."""
+    return cfg["WGM"] * cfg["TM"], cfg["WGN"] * cfg["TNV"] * cfg["VW"]
+
+
+def shared_bytes(cfg: Mapping[str, int], compute_bytes: int) -> int:
+    """Shared memory of a work-group: the A and B tiles."""
+    bm, bn = block_shape(cfg)
+    return (bm * a_stride(cfg) + cfg["TK"] * bn) * compute_bytes if cfg["TK"] else 0
+
+
+class _Block:
+    """Per-work-item values the phases share."""
+
+    def __init__(self, ctx: SIMTContext, el: Elements, cfg: Mapping[str, int], m: ir.Value, n: ir.Value) -> None:
+        b = ctx.builder
+        self.b, self.el, self.cfg = b, el, cfg
+        self.bm, self.bn = block_shape(cfg)
+        self.tx, self.ty = ctx.local_id(0), ctx.local_id(1)
+        self.tid = ctx.linear_id()
+        self.i0 = b.mul(ctx.group_id(1), i64(self.bm))
+        self.j0 = b.mul(ctx.group_id(0), i64(self.bn))
+        self.m, self.n = m, n
+
+    def row(self, r: int) -> ir.Value:
+        """Row of C (global index) of register-tile row ``r``."""
+        return self.b.add(self.i0, self.local_row(r))
+
+    def col(self, v: int) -> ir.Value:
+        """First column of C (global index) of register-tile vector ``v``."""
+        c = self.cfg
+        return self.b.add(self.j0, self.b.mul(self.b.add(self.tx, i64(v * c["WGN"])), i64(c["VW"])))
+
+    def local_row(self, r: int) -> ir.Value:
+        """Row within the block of register-tile row ``r`` (a work-item's rows are adjacent)."""
+        return self.b.add(self.b.mul(self.ty, i64(self.cfg["TM"])), i64(r))
+
+    def local_col(self, v: int) -> ir.Value:
+        """First column within the block of register-tile vector ``v`` (work-items interleave)."""
+        c = self.cfg
+        return self.b.mul(self.b.add(self.tx, i64(v * c["WGN"])), i64(c["VW"]))
+
+
+def _streamed(blk: _Block, a: ir.Value, bmat: ir.Value, k: ir.Value, edge: bool) -> list[ir.Value]:
+    """Accumulators of the register tile, A and B read straight from global memory."""
+    b, el, c = blk.b, blk.el, blk.cfg
+    last_row, last_col = b.sub(blk.m, i64(1)), b.sub(blk.n, i64(1))
+    a_rows = [b.mul(imin(b, blk.row(r), last_row) if edge else blk.row(r), k) for r in range(c["TM"])]
+    cols = [blk.col(v) for v in range(c["TNV"])]
+
+    def step(kk: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        brow = b.mul(kk, blk.n)
+        if edge:
+            bv = [
+                el.gather(bmat, [b.add(brow, imin(b, b.add(col, i64(lane)), last_col)) for lane in range(c["VW"])])
+                for col in cols
+            ]
+        else:
+            bv = [el.load_vec(bmat, b.add(brow, col)) for col in cols]
+        out: list[ir.Value] = []
+        for r in range(c["TM"]):
+            av = el.splat(el.load(a, b.add(a_rows[r], kk)))
+            out.extend(el.fma(av, bv[v], acc[r * c["TNV"] + v]) for v in range(c["TNV"]))
+        return out
+
+    return loop_carry(b, i64(0), k, 1, [el.const(0.0)] * (c["TM"] * c["TNV"]), step, name="k")
+
+
+def _copy(
+    el: Elements,
+    src: ir.Value,
+    index: ir.Value,
+    dst: ir.Value,
+    slot: ir.Value,
+    lanes: list[tuple[ir.Value, ir.Value]] | None,
+) -> None:
+    """dst[slot:slot+VW] = src[index:index+VW]; with ``lanes`` (one i1 per lane, False past an
+    edge) lane by lane, reading clamped indices given by the caller and storing zeros where off."""
+    b = el.b
+    if lanes is None:
+        value = el.load_vec(src, index)
+    else:
+        value = ir.Constant(el.vty, ir.Undefined) if el.vw > 1 else None
+        for lane, (where, ok) in enumerate(lanes):
+            x = b.select(ok, el.load(src, where), ir.Constant(el.ty, 0.0))
+            value = x if value is None else b.insert_element(value, x, ir.Constant(I32, lane))
+    Elements(b, compute_dtype(el.dtype), el.vw).store_vec(value, dst, slot)
+
+
+def _stage(blk: _Block, src: ir.Value, dst: ir.Value, k0: ir.Value, k: ir.Value, is_a: bool, checked: bool) -> None:
+    """Copy this work-item's share of the ``BM x TK`` tile of A (``[m][kk]``, rows padded) or the
+    ``TK x BN`` tile of B (``[kk][n]``) into shared memory, ``VW`` elements at a time;
+    ``checked`` copies mask rows, columns and steps of K outside the matrix to zeros."""
+    b, el, c = blk.b, blk.el, blk.cfg
+    threads, vw, tk = c["WGM"] * c["WGN"], c["VW"], c["TK"]
+    per_row = tk // vw if is_a else blk.bn // vw
+    total = (blk.bm if is_a else tk) * per_row
+    tid = blk.tid
+    last_m, last_n, last_k = (b.sub(x, i64(1)) for x in (blk.m, blk.n, k))
+    for s in range(-(-total // threads)):
+        e = b.add(tid, i64(s * threads))
+        major, minor = _divmod(b, e, per_row)
+        minor = b.mul(minor, i64(vw))
+        if is_a:  # row ``major`` of the block, K from k0 + minor
+            row, col, rows, cols, last_r, last_c = b.add(blk.i0, major), b.add(k0, minor), blk.m, k, last_m, last_k
+            slot = b.add(b.mul(major, i64(a_stride(c))), minor)
+        else:  # step ``major`` of K, columns from j0 + minor
+            row, col, rows, cols, last_r, last_c = b.add(k0, major), b.add(blk.j0, minor), k, blk.n, last_k, last_n
+            slot = b.add(b.mul(major, i64(blk.bn)), minor)
+        width = k if is_a else blk.n
+        lanes = None
+        if checked:
+            row_ok, where_row = b.icmp_signed("<", row, rows), b.mul(imin(b, row, last_r), width)
+            lanes = []
+            for lane in range(vw):
+                cl = b.add(col, i64(lane))
+                ok = b.and_(row_ok, b.icmp_signed("<", cl, cols))
+                lanes.append((b.add(where_row, imin(b, cl, last_c)), ok))
+        index = b.add(b.mul(row, width), col)
+        if total % threads and s == total // threads:  # the last round is partial
+            with b.if_then(b.icmp_signed("<", e, i64(total))):
+                _copy(el, src, index, dst, slot, lanes)
+        else:
+            _copy(el, src, index, dst, slot, lanes)
+
+
+def _divmod(b: ir.IRBuilder, x: ir.Value, d: int) -> tuple[ir.Value, ir.Value]:
+    """(x // d, x % d) for non-negative ``x``: shifts and masks for powers of two."""
+    if d & (d - 1) == 0:
+        return b.lshr(x, i64(d.bit_length() - 1)), b.and_(x, i64(d - 1))
+    return b.udiv(x, i64(d)), b.urem(x, i64(d))
+
+
+def a_stride(cfg: Mapping[str, int]) -> int:
+    """Row stride of the shared A tile: TK padded by a vector, so that rows fall in different
+    cache sets and banks."""
+    return cfg["TK"] + cfg["VW"]
+
+
+def _tiled(
+    blk: _Block,
+    ctx: SIMTContext,
+    a: ir.Value,
+    bmat: ir.Value,
+    k: ir.Value,
+    tiles: tuple[ir.Value, ir.Value],
+    edge: bool,
+) -> list[ir.Value]:
+    """Accumulators of the register tile, A and B staged through the shared ``tiles`` ``TK`` at a time."""
+    b, el, c = blk.b, blk.el, blk.cfg
+    tk = c["TK"]
+    a_tile, b_tile = tiles
+    sh = Elements(b, compute_dtype(el.dtype), c["VW"])
+    unroll = tk if tk <= UNROLL_K or tk % UNROLL_K else UNROLL_K  # long K tiles loop over unrolled steps
+    rows = [b.mul(blk.local_row(r), i64(a_stride(c))) for r in range(c["TM"])]
+    cols = [blk.local_col(v) for v in range(c["TNV"])]
+
+    def step(k0: ir.Value, acc: list[ir.Value], checked: bool) -> list[ir.Value]:
+        _stage(blk, a, a_tile, k0, k, True, checked)
+        _stage(blk, bmat, b_tile, k0, k, False, checked)
+        ctx.barrier()
+
+        def steps(kk0: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            for u in range(unroll):
+                kk = b.add(kk0, i64(u))
+                bv = [sh.load_vec(b_tile, b.add(b.mul(kk, i64(blk.bn)), col)) for col in cols]
+                av = [sh.splat(sh.load(a_tile, b.add(row, kk))) for row in rows]
+                acc = [sh.fma(av[r], bv[v], acc[r * c["TNV"] + v]) for r in range(c["TM"]) for v in range(c["TNV"])]
+            return acc
+
+        acc = steps(i64(0), acc) if unroll == tk else loop_carry(b, i64(0), i64(tk), unroll, acc, steps, name="kk")
+        ctx.barrier()
+        return acc
+
+    zeros = [el.const(0.0)] * (c["TM"] * c["TNV"])
+    if edge:
+        return loop_carry(b, i64(0), k, tk, zeros, lambda k0, acc: step(k0, acc, True), name="k0")
+    # Whole K tiles unchecked, then the last, partial one (if any) checked: no branch between barriers.
+    whole = b.mul(b.sdiv(k, i64(tk)), i64(tk))
+    acc = loop_carry(b, i64(0), whole, tk, zeros, lambda k0, acc: step(k0, acc, False), name="k0")
+    before = b.block
+    with b.if_then(b.icmp_signed("<", whole, k)):
+        tail = step(whole, acc, True)
+        tail_block = b.block
+    merged = []
+    for x, y in zip(acc, tail, strict=True):
+        phi = b.phi(x.type)
+        phi.add_incoming(x, before)
+        phi.add_incoming(y, tail_block)
+        merged.append(phi)
+    return merged
+
+
+def _store(blk: _Block, cmat: ir.Value, acc: list[ir.Value], edge: bool) -> None:
+    """C's register tile, element by element within ``M x N`` on an edge block."""
+    b, el, c = blk.b, blk.el, blk.cfg
+    for r in range(c["TM"]):
+        row = blk.row(r)
+        for v in range(c["TNV"]):
+            col = blk.col(v)
+            value = acc[r * c["TNV"] + v]
+            base = b.add(b.mul(row, blk.n), col)
+            if not edge:
+                el.store_vec(value, cmat, base)
+                continue
+            for lane in range(c["VW"]):
+                ok = b.and_(b.icmp_signed("<", row, blk.m), b.icmp_signed("<", b.add(col, i64(lane)), blk.n))
+                with b.if_then(ok):
+                    el.store(el.lane(value, lane), cmat, b.add(base, i64(lane)))
+
+
+def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
+    """The SIMT GEMM module: entry ``gemm(A, B, C, M, N, K)`` over work-groups of
+    ``(WGN, WGM)`` work-items, grid ``(ceil(N/BN), ceil(M/BM))``."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    module = target.new_module(f"{KERNEL}_{dtype}")
+
+    def body(ctx: SIMTContext, args: list[ir.Argument]) -> None:
+        a, bmat, cmat, m, n, k = args
+        b = ctx.builder
+        el = Elements(b, dtype, cfg["VW"])
+        blk = _Block(ctx, el, cfg, m, n)
+        if cfg["TK"]:
+            tiles = (ctx.shared(el.ty, blk.bm * a_stride(cfg)), ctx.shared(el.ty, cfg["TK"] * blk.bn))
+        interior = b.and_(
+            b.icmp_signed("<=", b.add(blk.i0, i64(blk.bm)), m), b.icmp_signed("<=", b.add(blk.j0, i64(blk.bn)), n)
+        )
+        with b.if_else(interior, likely=True) as (inside, edge):
+            with inside:
+                acc = _tiled(blk, ctx, a, bmat, k, tiles, False) if cfg["TK"] else _streamed(blk, a, bmat, k, False)
+                _store(blk, cmat, acc, edge=False)
+            with edge:
+                acc = _tiled(blk, ctx, a, bmat, k, tiles, True) if cfg["TK"] else _streamed(blk, a, bmat, k, True)
+                _store(blk, cmat, acc, edge=True)
+
+    target.define_simt_kernel(module, KERNEL, [PTR, PTR, PTR, I64, I64, I64], body, (cfg["WGN"], cfg["WGM"], 1))
+    return module
+
+
+def launch(shape: Shape, dtype: str, target: SIMTTarget, cfg: Mapping[str, int]) -> Launch:
+    """``gemm(A, B, C, M, N, K)`` over ``(ceil(N/BN), ceil(M/BM))`` work-groups of ``(WGN, WGM)``."""
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    bm, bn = block_shape(cfg)
+    grid = (-(-n // bn), -(-m // bm)) if m and n and k else (0, 0)
+    args = (buffer("A"), buffer("B"), output(), *(i64_arg(v) for v in (m, n, k)))
+    config = {
+        "kernel": KERNEL,
+        "dtype": dtype,
+        "target": target.name,
+        "model": "simt",
+        **{key: int(cfg[key]) for key in CONFIG_KEYS},
+        "block": f"{bm}x{bn}",
+        "work_group": [int(cfg["WGN"]), int(cfg["WGM"])],
+        "shared_bytes": shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)]),
+        "device_kind": target.limits.kind,
+    }
+    return Launch(KERNEL, args, grid, (m, n), local=(cfg["WGN"], cfg["WGM"]), config=config)
