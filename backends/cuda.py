@@ -73,7 +73,7 @@ class CUDABackend(TorchGPUBackend):
     flavor = "cuda"
     vendor = "NVIDIA"
     event_name = "cuda_event"
-    lowering = {"llvmlite": "lowered to PTX, one program per GPU thread"}
+    lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to PTX"}
 
     def driver_version(self) -> str:
         try:
@@ -119,10 +119,10 @@ class CUDABackend(TorchGPUBackend):
         import cupy
         import torch
 
-        path = Path(_scratch_dir()) / f"{binary.kernel}-{binary.target.arch}-{id(binary)}.ptx"
+        path = Path(_scratch_dir()) / f"{binary.entry}-{binary.target}-{id(binary)}.ptx"
         path.write_bytes(binary.binary)
         module = cupy.RawModule(path=str(path))
-        function = module.get_function(binary.kernel)
+        function = module.get_function(binary.entry)
 
         def launch(blocks: tuple[int, int, int], threads: tuple[int, int, int], args: list[tuple[Any, str]]) -> None:
             stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)

@@ -27,7 +27,7 @@ from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildE
 from hwbench.backends.opencl_icd import ensure_icd_vendors, intel_note
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
 from hwbench.core.host import package_version
-from hwbench.core.kernel import Kernel, Shape
+from hwbench.core.kernel import Kernel, Shape, get_kernel
 from hwbench.core.loading import load_callable
 from hwbench.core.registry import get_backend
 
@@ -71,7 +71,7 @@ class OpenCLBackend(Backend):
     description = "OpenCL devices through pyopencl: OpenCL C and llvmlite SPIR-V kernels vs CLBlast"
 
     languages = ("opencl-c", "llvmlite")
-    lowering = {"llvmlite": "the cpu backend's source lowered to SPIR-V"}
+    lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to SPIR-V"}
 
     def __init__(self) -> None:
         self._states: dict[int, DeviceState] = {}
@@ -166,8 +166,14 @@ class OpenCLBackend(Backend):
     def _spirv_support(self, kernel: str, dtype: str, device: DeviceInfo) -> Availability:
         if not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
+        source = _llvm_source(kernel)
+        if not hasattr(source, "simt_config"):
+            return Availability(False, f"{kernel}'s llvmlite source has no work-group (SIMT) kernel")
         try:
-            size = len(_spirv(kernel, dtype, lanes(device, "fp32")).binary)
+            limits = simt_limits(device)
+            size = len(
+                _spirv(kernel, dtype, limits, _config_key(source.simt_config(_spirv_target(limits), dtype))).binary
+            )
         except RuntimeError as exc:
             return Availability(False, f"SPIR-V lowering failed: {' '.join(str(exc).split())[:300]}")
         built = f"the SPIR-V {'.'.join(map(str, SPIRV_VERSION))} module builds ({size} bytes)"
@@ -214,26 +220,16 @@ class OpenCLBackend(Backend):
         dtype: str,
         device: DeviceInfo,
     ) -> Prepared:
-        """The llvmlite source lowered to SPIR-V: one program per work-group, each with a slice of
-        a global workspace (its packed panels exceed local memory)."""
-        # The SPIR-V target imports llvmlite, which is optional (supports() checked it is here).
-        from hwbench.kernels.llvmir.spirv import SPIRVTarget
-
-        width = lanes(device, "fp32")
-        module = _spirv(kernel.name, dtype, width)
+        """The llvmlite work-group kernel lowered to SPIR-V, in the configuration the device's
+        limits give."""
+        limits = simt_limits(device)
+        target = _spirv_target(limits)
+        chosen = source.simt_config(target, dtype, shape)
+        module = _spirv(kernel.name, dtype, limits, _config_key(chosen))
         program, compile_s = launcher.build_spirv(state, module, kernel.name, dtype)
-        plan = source.launch(shape, dtype, SPIRVTarget(width))
-        stride = module.workspace_bytes
-        workspace = state.output(stride * max(plan.programs, 1))
-        config = {
-            **plan.config,
-            "target": module.target,
-            "spirv_bytes": len(module.binary),
-            "workspace_bytes": stride,
-            "grid": list(plan.grid),
-        }
-        head = (workspace, np.int64(stride))
-        return launcher.launch(state, program, plan, inputs, dtype, compile_s + module.compile_s, head, config)
+        plan = source.launch(shape, dtype, target, config=chosen)
+        config = {**plan.config, "spirv_bytes": len(module.binary), "grid": list(plan.grid)}
+        return launcher.launch(state, program, plan, inputs, dtype, compile_s + module.compile_s, (), config)
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         return (OpenCLBuildError,)
@@ -262,10 +258,46 @@ class OpenCLBackend(Backend):
         return env
 
 
+def simt_limits(device: DeviceInfo) -> Any:
+    """The work-group kernels' view of an OpenCL device (``hwbench.kernels.llvmir.simt.DeviceLimits``)."""
+    # The SIMT interface imports llvmlite, which is optional (callers checked it is here).
+    from hwbench.kernels.llvmir.simt import DeviceLimits
+
+    extra = device.extra
+    return DeviceLimits(
+        kind="cpu" if device.kind == "cpu" else "gpu",
+        local_mem_bytes=int(extra.get("local_mem_bytes") or 32 * 1024),
+        max_work_group=int(extra.get("max_work_group_size") or 256),
+        subgroup=1 if device.kind == "cpu" else 32,
+        lanes=lanes(device, "fp32") if device.kind == "cpu" else 1,
+        fp16="cl_khr_fp16" in extra.get("extensions", []),
+    )
+
+
+def _llvm_source(kernel: str) -> Any:
+    spec = get_kernel(kernel)
+    source = spec.source_in("llvmlite")
+    if source is None:
+        raise RuntimeError(f"kernel {kernel} has no llvmlite source")
+    return importlib.import_module(spec.entry(source.module))
+
+
+def _spirv_target(limits: Any) -> Any:
+    # The SPIR-V target imports llvmlite, which is optional (callers checked it is here).
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget
+
+    return SPIRVTarget(limits)
+
+
+def _config_key(config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((k, int(v)) for k, v in config.items()))
+
+
 @cache
-def _spirv(kernel: str, dtype: str, width: int) -> Any:
-    """``kernel``'s llvmlite source as a SPIR-V module for ``width`` fp32 lanes (built once per process)."""
+def _spirv(kernel: str, dtype: str, limits: Any, config: tuple[tuple[str, int], ...]) -> Any:
+    """``kernel``'s work-group kernel in ``config`` as a SPIR-V module for a device with ``limits``
+    (built once per process)."""
     # The SPIR-V lowering imports llvmlite, which is optional (callers checked it is here).
     from hwbench.kernels.llvmir.spirv import build_spirv
 
-    return build_spirv(kernel, dtype, width)
+    return build_spirv(kernel, dtype, limits, dict(config))

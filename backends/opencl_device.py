@@ -196,7 +196,7 @@ def build_opencl_c(
 
 
 def build_spirv(state: DeviceState, module: Any, kernel: str, dtype: str) -> tuple[Any, float]:
-    """The program of a SPIR-V module (``hwbench.kernels.llvmir.spirv.SPIRVModule``)."""
+    """The program of a SPIR-V module (``hwbench.kernels.llvmir.simt.SIMTBinary``)."""
     import pyopencl as cl
 
     def build() -> Any:
@@ -205,7 +205,7 @@ def build_spirv(state: DeviceState, module: Any, kernel: str, dtype: str) -> tup
         except cl.Error as exc:
             raise OpenCLBuildError(f"SPIR-V {kernel} {dtype}: {first_error_line(str(exc))}") from None
 
-    return state.program(("spirv", kernel, dtype, module.target), build)
+    return state.program(("spirv", kernel, dtype, module.target, hash(module.binary)), build)
 
 
 def native(

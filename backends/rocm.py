@@ -41,7 +41,7 @@ class ROCmBackend(TorchGPUBackend):
     flavor = "hip"
     vendor = "AMD"
     event_name = "hip_event"
-    lowering = {"llvmlite": "lowered to AMDGCN, one program per GPU thread"}
+    lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to AMDGCN"}
 
     def driver_version(self) -> str:
         for path in ("/sys/module/amdgpu/version", "/proc/driver/amdgpu/version"):
@@ -109,7 +109,7 @@ class ROCmBackend(TorchGPUBackend):
         image = ctypes.create_string_buffer(binary.binary, len(binary.binary))
         _check(hip.hipModuleLoadData(ctypes.byref(module), image), "hipModuleLoadData", hip)
         _check(
-            hip.hipModuleGetFunction(ctypes.byref(function), module, binary.kernel.encode()),
+            hip.hipModuleGetFunction(ctypes.byref(function), module, binary.entry.encode()),
             "hipModuleGetFunction",
             hip,
         )

@@ -148,6 +148,7 @@ class TorchGPUBackend(Backend):
         return {
             "l2_bytes": getattr(props, "L2_cache_size", None),
             "warp_size": getattr(props, "warp_size", None),
+            "shared_memory_per_block": getattr(props, "shared_memory_per_block", None),
             "multi_processor_count": props.multi_processor_count,
         }
 
@@ -261,31 +262,33 @@ class TorchGPUBackend(Backend):
 
     def _llvm(self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
         # The GPU lowering imports llvmlite, which is optional (supports() checked it is here).
-        from hwbench.kernels.llvmir.gpu import compile_module, target_for
+        from hwbench.kernels.llvmir.gpu import target_for
 
-        target = target_for(device.arch)
+        if not hasattr(source, "simt_config"):
+            raise KernelCompileError(f"llvmlite {source.KERNEL}: no work-group (SIMT) kernel")
+        target = target_for(device.arch, simt_limits(device))
+        config = source.simt_config(target, dtype, shape)
         start = time.perf_counter()
         try:
-            binary = compile_module(source.build(target, dtype), target, source.KERNEL)
+            binary = target.lower(source.build(target, dtype, config), source.KERNEL)
         except Exception as exc:
             raise KernelCompileError(f"llvmlite {source.KERNEL} for {device.arch}: {exc}") from exc
         launch = self.load_binary(binary, device)
         compile_s = time.perf_counter() - start
-        plan: Launch = source.launch(shape, dtype, target)
-        grid = tuple(plan.grid) + (1,) * (3 - len(plan.grid))
-        args: list[tuple[Any, str]] = [(g, "i64") for g in (grid if plan.programs else (0, 0, 0))]
-        args += [
+        plan: Launch = source.launch(shape, dtype, target, config=config)
+        blocks = tuple(plan.grid) + (1,) * (3 - len(plan.grid))
+        threads = tuple(plan.local) + (1,) * (3 - len(plan.local))
+        args: list[tuple[Any, str]] = [
             ((out if a.buffer == OUTPUT else t[a.buffer]), "ptr") if a.buffer else (a.value, a.ctype) for a in plan.args
         ]
-        blocks, threads = target.launch_grid(grid)
-        config = {**plan.config, "arch": device.arch, "threads_per_block": threads[0], "loader": self.loader_name()}
+        run_config = {**plan.config, "arch": device.arch, "loader": self.loader_name()}
 
         def call() -> Any:
             if plan.programs:
                 launch(blocks, threads, args)
             return out
 
-        return TorchPrepared(call, config, compile_s=compile_s, keepalive=binary)
+        return TorchPrepared(call, run_config, compile_s=compile_s, keepalive=binary)
 
     def loader_name(self) -> str:
         """Name of the library that loads llvmlite code objects."""
@@ -295,6 +298,18 @@ class TorchGPUBackend(Backend):
         """Load a compiled llvmlite module; returns ``launch(blocks, threads, [(value, kind), ...])``
         where ``kind`` is ``ptr`` (a tensor) or a scalar type (``i32``, ``i64``, ``f32``, ``f64``)."""
         raise NotImplementedError
+
+
+def simt_limits(device: DeviceInfo) -> Any:
+    """The work-group kernels' view of a GPU (``hwbench.kernels.llvmir.simt.DeviceLimits``), from
+    what torch reports of it (shared memory per block, warp size) where it says."""
+    # The SIMT interface imports llvmlite, which is optional (callers checked it is here).
+    from hwbench.kernels.llvmir.simt import DeviceLimits
+
+    extra = device.extra
+    warp = int(extra.get("warp_size") or (64 if device.arch.startswith("gfx") else 32))
+    shared = int(extra.get("shared_memory_per_block") or (64 * 1024 if warp == 64 else 48 * 1024))
+    return DeviceLimits(kind="gpu", local_mem_bytes=shared, max_work_group=1024, subgroup=warp, lanes=1)
 
 
 def _set_fp32_precision(dtype: str) -> None:

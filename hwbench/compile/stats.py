@@ -203,20 +203,21 @@ def _stats(asm: dict[str, Any], arch: str, prefer_triton: bool) -> dict[str, Any
 
 
 def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
-    """Lower the llvmlite kernel for ``arch`` (PTX through ptxas, or an AMDGCN code object)."""
-    from hwbench.kernels.llvmir.gpu import compile_module, target_for  # imports llvmlite, which is optional
+    """Lower the llvmlite work-group kernel for ``arch`` in its default configuration for that
+    architecture (PTX through ptxas, or an AMDGCN code object)."""
+    from hwbench.kernels.llvmir.gpu import target_for  # imports llvmlite, which is optional
 
     source = source_module(kernel, "llvmlite")
     target = target_for(arch)
     record = base_record(kernel, "llvm", arch, f"{kernel}_{dtype}", dtype)
-    record["config"] = {
-        **source.tile_sizes(dtype, target.vector_width(dtype)),
-        "threads_per_block": target.threads_per_block,
-        "private_budget_bytes": target.private_bytes,
-    }
+    if not hasattr(source, "simt_config"):
+        record.update(status="skipped", reason="no work-group (SIMT) kernel in this llvmlite source")
+        return record
+    config = source.simt_config(target, dtype)
+    record["config"] = {**config, "device_limits": target.limits.as_dict()}
     t0 = time.perf_counter()
     try:
-        binary = compile_module(source.build(target, dtype), target, source.KERNEL)
+        binary = target.lower(source.build(target, dtype, config), source.KERNEL)
         key = "ptx" if arch.startswith("sm_") else "amdgcn"
         record.update(_stats({key: binary.assembly}, arch, prefer_triton=False))
         record["compile_s"] = time.perf_counter() - t0
