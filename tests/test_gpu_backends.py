@@ -99,41 +99,38 @@ def test_importing_gpu_backends_loads_no_sdk() -> None:
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_launch_grid_covers_programs() -> None:
-    from hwbench.kernels.llvmir.gpu import AMDGCNTarget, NVPTXTarget
-
-    assert NVPTXTarget().launch_grid((300, 7)) == ((3, 7, 1), (128, 1, 1))
-    assert AMDGCNTarget().launch_grid((256, 1, 2)) == ((1, 1, 2), (256, 1, 1))
-    assert NVPTXTarget().launch_grid((0, 0, 0))[0] == (1, 1, 1)  # the guard returns at once
-
-
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
-def test_llvm_kernels_fit_private_memory(arch: str) -> None:
+def test_gpu_targets_get_the_work_group_kernels(arch: str) -> None:
     pytest.importorskip("llvmlite")
     from hwbench.kernels.attention import llvm as attn
     from hwbench.kernels.gemm import llvm as gemm
     from hwbench.kernels.llvmir.gpu import target_for
 
     target = target_for(arch)
-    for dtype in ("fp32", "fp64"):
-        lim = gemm.block_limits(target, dtype)
-        assert lim["mc"] == gemm.MR and lim["nc"] == 2 and lim["kc"] >= 32
-        assert attn.max_head_dim(target, dtype) >= 128  # every head_dim in the profiles fits
-        for module in (gemm, attn):
-            ir_text = str(module.build(target, dtype))
-            assert f'target triple = "{target.triple}"' in ir_text
-    text = str(gemm.build(target_for("gfx942"), "fp32"))
-    assert "addrspace(5)" in text and "amdgpu_kernel" in text
+    for module in (gemm, attn):
+        for dtype in ("fp32", "fp64"):
+            cfg = module.simt_config(target, dtype)
+            text = str(module.build(target, dtype, cfg))
+            assert f'target triple = "{target.triple}"' in text and "addrspace(3)" in text  # shared memory
+            plan = module.launch(
+                {"M": 300, "N": 70, "K": 9}
+                if module is gemm
+                else {"batch": 1, "heads": 2, "seq_q": 77, "seq_k": 77, "head_dim": cfg["HD"], "causal": 1},
+                dtype,
+                target,
+                config=cfg,
+            )
+            assert plan.config["model"] == "simt" and plan.programs > 0 and max(plan.local) > 1
+    assert "amdgpu_kernel" in str(gemm.build(target_for("gfx942"), "fp32"))
 
 
 def test_cpu_blocking_is_unchanged() -> None:
     pytest.importorskip("llvmlite")
-    from hwbench.kernels.attention import llvm as attn
     from hwbench.kernels.gemm import llvm as gemm
     from hwbench.kernels.llvmir.target import host_target
 
-    assert gemm.block_limits(host_target(), "fp32") == gemm._MAX_BLOCK["fp32"]
-    assert attn.max_head_dim(host_target(), "fp64") == attn.D_MAX
+    blk = gemm.blocking({"M": 2048, "N": 2048, "K": 2048}, "fp32", host_target(), 2)
+    assert all(1 <= blk[key] <= gemm._MAX_BLOCK["fp32"][key] for key in ("mc", "nc", "kc"))
 
 
 SMALL = {

@@ -34,9 +34,9 @@ U = {"fp32": 2.0**-24, "fp64": 2.0**-53}
 
 @pytest.mark.parametrize("module", [gemm, attn], ids=["gemm", "attention"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
-@pytest.mark.parametrize("target", [CPUTarget, NVPTXTarget], ids=["cpu", "nvptx"])
+@pytest.mark.parametrize("target", [CPUTarget, NVPTXTarget], ids=["cpu", "nvptx-simt"])
 def test_build_produces_valid_ir(module, dtype: str, target) -> None:
-    mod = module.build(target(), dtype)
+    mod = module.build(target(), dtype)  # a SIMT target gets the work-group kernel in its default configuration
     parsed = llvm.parse_assembly(str(mod))
     parsed.verify()
     assert parsed.get_function(module.KERNEL) is not None

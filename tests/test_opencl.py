@@ -266,10 +266,13 @@ def test_first_error_line_picks_the_error() -> None:
 @pytest.fixture(scope="module")
 def spirv_modules():
     pytest.importorskip("llvmlite")
-    from hwbench.kernels.llvmir.spirv import build_spirv
+    from hwbench.kernels.llvmir.simt import DeviceLimits
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv, llvm_source
 
+    limits = DeviceLimits(kind="cpu", lanes=16)
+    configs = {k: llvm_source(k).simt_config(SPIRVTarget(limits), "fp32") for k in ("gemm", "attention")}
     try:
-        return {(k, d): build_spirv(k, d, 16) for k in ("gemm", "attention") for d in ("fp32", "fp64")}
+        return {(k, d): build_spirv(k, d, limits, configs[k]) for k in ("gemm", "attention") for d in ("fp32", "fp64")}
     except RuntimeError as exc:
         pytest.skip(f"no SPIR-V from this llvmlite: {exc}")
 
@@ -280,7 +283,7 @@ def test_spirv_modules_start_with_the_magic_number(spirv_modules) -> None:
     for (kernel, dtype), module in spirv_modules.items():
         assert int.from_bytes(module.binary[:4], "little") == SPIRV_MAGIC, (kernel, dtype)
         assert module.binary[6:8] == b"\x01\x00" and module.binary[5] >= 4  # version word: SPIR-V 1.4+
-        assert module.entry == kernel and module.workspace_bytes > 0 and len(module.binary) % 4 == 0
+        assert module.entry == kernel and len(module.binary) % 4 == 0
 
 
 def test_spirv_modules_validate(spirv_modules, tmp_path) -> None:
@@ -294,16 +297,18 @@ def test_spirv_modules_validate(spirv_modules, tmp_path) -> None:
         assert proc.returncode == 0, f"{kernel} {dtype}: {proc.stdout}{proc.stderr}"
 
 
-def test_spirv_shares_the_cpu_kernel_source() -> None:
+def test_spirv_kernels_are_work_groups_with_local_memory_and_barriers() -> None:
     pytest.importorskip("llvmlite")
     from hwbench.kernels.gemm import llvm as gemm_llvm
-    from hwbench.kernels.llvmir.spirv import SPIRVTarget, to_generic_ir
+    from hwbench.kernels.llvmir.simt import DeviceLimits
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget
 
-    target = SPIRVTarget(8)
-    text = to_generic_ir(gemm_llvm.build(target, "fp32"))
-    assert "spir_kernel" in text and "ptr addrspace(1)" in text and "llvm.masked" not in text
-    assert "<8 x float>" in text  # the body used the target's vector width
-    assert target.workspace["gemm"] > 0
+    target = SPIRVTarget(DeviceLimits(kind="gpu", local_mem_bytes=64 * 1024, max_work_group=256))
+    text = str(gemm_llvm.build(target, "fp32"))
+    assert "spir_kernel" in text and "ptr addrspace(1)" in text and "addrspace(3) global" in text
+    assert "_Z7barrierj" in text and "_Z12get_local_idj" in text and "!reqd_work_group_size" in text
+    cpu = SPIRVTarget(DeviceLimits(kind="cpu", lanes=8))
+    assert "<8 x float>" in str(gemm_llvm.build(cpu, "fp32"))  # a CPU device's work-item is a SIMD program
 
 
 def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> None:
@@ -319,10 +324,14 @@ def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> N
 
     monkeypatch.setattr(spirv, "_build_in_child", child)
     monkeypatch.setattr(spirv, "spirv_problem", lambda binary: None if rebuilt else "Id 23 is defined more than once")
-    module = spirv.build_spirv("gemm", "fp32", 8)
-    assert rebuilt == [("gemm", "fp32", 8)]
+    from hwbench.kernels.llvmir.simt import DeviceLimits
+
+    limits = DeviceLimits(kind="cpu", lanes=8)
+    cfg = {"WGN": 1, "WGM": 1, "TM": 6, "TNV": 2, "VW": 8, "TK": 0}
+    module = spirv.build_spirv("gemm", "fp32", limits, cfg)
+    assert rebuilt == [("gemm", "fp32", limits.as_dict(), cfg)]
     assert int.from_bytes(module.binary[:4], "little") == spirv.SPIRV_MAGIC and module.entry == "gemm"
     monkeypatch.setattr(spirv, "_build_in_child", lambda *args: module)
     monkeypatch.setattr(spirv, "spirv_problem", lambda binary: "Id 23 is defined more than once")
     with pytest.raises(RuntimeError, match="invalid module for gemm fp32: Id 23"):
-        spirv.build_spirv("gemm", "fp32", 8)
+        spirv.build_spirv("gemm", "fp32", limits, cfg)
