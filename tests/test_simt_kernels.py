@@ -65,11 +65,11 @@ def il_device() -> Any:
 def _run(il_device: Any, source: Any, shape: dict[str, int], dtype: str, cfg: dict[str, int], inputs: dict) -> Any:
     import pyopencl as cl
 
-    from hwbench.kernels.llvmir.spirv import SPIRVTarget, spirv_problem
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv, spirv_problem
 
     context, queue, limits = il_device
     target = SPIRVTarget(limits)
-    binary = target.lower(source.build(target, dtype, cfg), source.KERNEL)
+    binary = build_spirv(source.KERNEL, dtype, limits, cfg)  # as the backend builds it: validated, rebuilt if not
     assert spirv_problem(binary.binary) is None
     program = cl.Program(context, binary.binary).build()
     plan = source.launch(shape, dtype, target, config=cfg)

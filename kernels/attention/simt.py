@@ -32,7 +32,6 @@ from hwbench.core.launch import Launch, buffer, output, real
 from hwbench.core.launch import i64 as i64_arg
 from hwbench.kernels.llvmir.irutil import I32, I64, PTR, fmax, for_range, i64, imin, loop_carry
 from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
-from hwbench.kernels.llvmir.vecmath import exp as vexp
 
 KERNEL = "attention"
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
@@ -176,10 +175,10 @@ def _attention(ctx: SIMTContext, args: list[ir.Argument], dtype: str, cfg: Mappi
             for j in range(bk):
                 mx = fmax(b, mx, s[j * qv + vv])
             m_new.append(mx)
-            alpha.append(vexp(b, b.fsub(m[vv], mx)))
+            alpha.append(ctx.target.exp(b, b.fsub(m[vv], mx)))
             total = b.fmul(lsum[vv], alpha[vv])
             for j in range(bk):
-                pj = vexp(b, b.fsub(s[j * qv + vv], mx))
+                pj = ctx.target.exp(b, b.fsub(s[j * qv + vv], mx))
                 p.append((j, vv, pj))
                 total = b.fadd(total, pj)
             l_new.append(total)

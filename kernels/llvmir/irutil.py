@@ -66,27 +66,28 @@ def _intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Typ
     return ir.Function(module, ir.FunctionType(ret, list(args)), name=name)
 
 
-def _suffix(ty: ir.Type) -> str:
+def intrinsic_suffix(ty: ir.Type) -> str:
+    """The overload suffix of an intrinsic on ``ty`` (``f32``, ``v16f32``, ...)."""
     if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_suffix(ty.element)}"
+        return f"v{ty.count}{intrinsic_suffix(ty.element)}"
     return {"float": "f32", "double": "f64"}.get(str(ty), str(ty))
 
 
 def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """``a * b + c`` with a single rounding (``llvm.fma``)."""
-    fn = _intrinsic(builder.module, f"llvm.fma.{_suffix(a.type)}", a.type, [a.type] * 3)
+    fn = _intrinsic(builder.module, f"llvm.fma.{intrinsic_suffix(a.type)}", a.type, [a.type] * 3)
     return builder.call(fn, [a, b, c])
 
 
 def fmax(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     """IEEE maxNum (``llvm.maxnum``); with no NaNs this is a plain max."""
-    fn = _intrinsic(builder.module, f"llvm.maxnum.{_suffix(a.type)}", a.type, [a.type] * 2)
+    fn = _intrinsic(builder.module, f"llvm.maxnum.{intrinsic_suffix(a.type)}", a.type, [a.type] * 2)
     return builder.call(fn, [a, b])
 
 
 def fmin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     """IEEE minNum (``llvm.minnum``)."""
-    fn = _intrinsic(builder.module, f"llvm.minnum.{_suffix(a.type)}", a.type, [a.type] * 2)
+    fn = _intrinsic(builder.module, f"llvm.minnum.{intrinsic_suffix(a.type)}", a.type, [a.type] * 2)
     return builder.call(fn, [a, b])
 
 
@@ -133,7 +134,7 @@ def masked_load(
 ) -> ir.Value:
     """``llvm.masked.load``: disabled lanes read nothing and yield ``passthru`` (zero)."""
     fn = _intrinsic(
-        builder.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty, [PTR, I32, vec_type(I1, vty.count), vty]
+        builder.module, f"llvm.masked.load.{intrinsic_suffix(vty)}.p0", vty, [PTR, I32, vec_type(I1, vty.count), vty]
     )
     if passthru is None:
         passthru = ir.Constant(vty, None)
@@ -144,7 +145,7 @@ def masked_store(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir
     """``llvm.masked.store``: disabled lanes write nothing."""
     vty = value.type
     fn = _intrinsic(
-        builder.module, f"llvm.masked.store.{_suffix(vty)}.p0", VOID, [vty, PTR, I32, vec_type(I1, vty.count)]
+        builder.module, f"llvm.masked.store.{intrinsic_suffix(vty)}.p0", VOID, [vty, PTR, I32, vec_type(I1, vty.count)]
     )
     builder.call(fn, [value, ptr, ir.Constant(I32, elem_size(vty.element)), mask])
 

@@ -29,6 +29,7 @@ from typing import Any
 from llvmlite import ir
 
 from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.kernels.llvmir import vecmath
 from hwbench.kernels.llvmir.irutil import F32, I32, I64, VOID, elem_size, fma, i64, scalar_type, splat
 from hwbench.kernels.llvmir.target import LLVMTarget
 
@@ -117,6 +118,11 @@ class SIMTTarget(LLVMTarget):
     def entry_attributes(self, local_size: Sequence[int]) -> dict[str, str]:
         """String attributes of the kernel entry (llvmlite cannot write them; see :func:`with_attributes`)."""
         return {}
+
+    def exp(self, builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """``exp(x)`` element-wise: the portable polynomial of :mod:`.vecmath` unless the target
+        has an accurate one of its own."""
+        return vecmath.exp(builder, x)
 
     def mma(self, dtype: str) -> Any:
         """The target's matrix-multiply instruction for ``dtype``, or None: kernels then use FMAs."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from llvmlite import ir
 
 from hwbench.core.kernel import get_kernel
-from hwbench.kernels.llvmir.irutil import I32, I64, VOID
+from hwbench.kernels.llvmir.irutil import I32, I64, VOID, intrinsic_suffix
 from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, index_builtin
 
 if TYPE_CHECKING:
@@ -63,6 +63,13 @@ class SPIRVTarget(SIMTTarget):
             fn = ir.Function(module, ir.FunctionType(VOID, [I32]), name="_Z7barrierj")
             fn.calling_convention = "spir_func"
         builder.call(fn, [ir.Constant(I32, _CLK_LOCAL_MEM_FENCE)]).calling_convention = "spir_func"
+
+    def exp(self, builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        # OpenCL's own exp (OpenCL.std, at most 3 ulp in fp32): the device's compiler vectorises it.
+        name = f"llvm.exp.{intrinsic_suffix(x.type)}"
+        module = builder.module
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(x.type, [x.type]), name=name)
+        return builder.call(fn, [x])
 
     def annotate(self, module: ir.Module, fn: ir.Function, local_size: Sequence[int]) -> None:
         sizes = list(local_size) + [1] * (3 - len(local_size))
