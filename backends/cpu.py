@@ -30,6 +30,9 @@ from hwbench.core.host import (
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
 
+#: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only.
+CPU_LLVM_DTYPES = ("fp32", "fp64")
+
 
 class HostCall(Prepared):
     """A host library call; ``result`` converts what it returned (an array or a host tensor)."""
@@ -134,6 +137,10 @@ class CPUBackend(Backend):
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
+        if impl.language == "llvmlite" and dtype not in CPU_LLVM_DTYPES:
+            return Availability(
+                False, f"the CPU's llvmlite SIMD kernels compute {', '.join(CPU_LLVM_DTYPES)}, not {dtype}"
+            )
         return super().supports(impl, dtype, device)
 
     def prepare(

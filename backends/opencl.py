@@ -164,6 +164,8 @@ class OpenCLBackend(Backend):
         return Availability(True)
 
     def _spirv_support(self, kernel: str, dtype: str, device: DeviceInfo) -> Availability:
+        if dtype == "bf16":
+            return Availability(False, "OpenCL buffers here take no bf16 (NumPy has no bf16 dtype to fill them)")
         if not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
         source = _llvm_source(kernel)

@@ -227,3 +227,47 @@ def test_a_target_of_ones_own_gets_both_kernels(source: Any, tmp_path: Path) -> 
     assert int.from_bytes(binary.binary[:4], "little") == SPIRV_MAGIC
     if shutil.which("spirv-val"):
         assert spirv_problem(binary.binary) is None
+
+
+def _il_index() -> int:
+    pytest.importorskip("pyopencl")
+    from hwbench.backends import opencl
+    from hwbench.core.registry import get_backend
+
+    for device in get_backend("opencl").devices():
+        if any(v >= opencl.SPIRV_VERSION for v in opencl.spirv_versions(device.extra.get("il_versions", []))):
+            return device.index
+    pytest.skip("no OpenCL device takes SPIR-V 1.4 here: pip install 'hwbench[intel-opencl]'")
+
+
+CASES = {
+    "gemm": {"M": 67, "N": 45, "K": 130},
+    "attention": {"batch": 1, "heads": 2, "seq_q": 77, "seq_k": 77, "head_dim": 40, "causal": 1},
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_the_opencl_backend_runs_the_simt_kernels(kernel: str, dtype: str) -> None:
+    """Through the backend, as ``hwbench run`` does: the device's configuration is in the record."""
+    from hwbench.core.registry import get_backend, get_kernel
+    from hwbench.run.case import CaseRequest, CaseRunner
+
+    index = _il_index()
+    device = get_backend("opencl").devices()[index]
+    if dtype == "fp16" and "cl_khr_fp16" not in device.extra["extensions"]:
+        pytest.skip(f"{device.name} lacks cl_khr_fp16")
+    shape = get_kernel(kernel).complete(dict(CASES[kernel]))
+    budget = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3, "max_samples": 5}
+    record = CaseRunner().run(CaseRequest(kernel, "llvm", "opencl", index, dtype, shape, 0, budget))
+    assert record["status"] == "ok" and record["parity"]["passed"], record.get("reason") or record["parity"]
+    assert record["config"]["model"] == "simt" and record["config"]["target"].startswith("spirv64")
+
+
+def test_the_cpu_backend_says_its_llvm_kernels_are_fp32_and_fp64() -> None:
+    from hwbench.core.registry import get_backend
+
+    backend = get_backend("cpu")
+    impl = next(i for i in backend.implementations("gemm") if i.name == "llvm")
+    reason = backend.supports(impl, "fp16", backend.devices()[0]).reason
+    assert "compute fp32, fp64, not fp16" in reason

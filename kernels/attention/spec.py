@@ -65,7 +65,11 @@ class Attention(Kernel):
             "Triton attention (kernels/attention/triton.py), tuned over a small per-arch space",
         ),
         Source(
-            "llvm", "llvmlite", "llvm", ("fp32", "fp64"), "flash-attention forward with online softmax in llvmlite IR"
+            "llvm",
+            "llvmlite",
+            "llvm",
+            ("fp32", "fp64", "fp16", "bf16"),
+            "flash attention in llvmlite IR: SIMD programs on the CPU (fp32, fp64), work-groups on SIMT targets",
         ),
     )
     natives = {

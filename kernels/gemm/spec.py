@@ -66,7 +66,13 @@ class GEMM(Kernel):
             ("fp16", "bf16", "fp32", "tf32"),
             "Triton gemm (kernels/gemm/triton.py), tuned over a small per-arch space",
         ),
-        Source("llvm", "llvmlite", "llvm", ("fp32", "fp64"), "packed-panel register-blocked kernel in llvmlite IR"),
+        Source(
+            "llvm",
+            "llvmlite",
+            "llvm",
+            ("fp32", "fp64", "fp16", "bf16"),
+            "llvmlite IR: packed-panel SIMD kernel on the CPU (fp32, fp64), work-group kernel on SIMT targets",
+        ),
     )
     natives = {
         "cpu": (

@@ -83,8 +83,9 @@ class SIMTTarget(LLVMTarget):
         self.limits = limits
 
     def vector_width(self, dtype: str) -> int:
-        """SIMD lanes a work-item uses for ``dtype`` (1 on GPUs)."""
-        return max(1, self.limits.lanes * 4 // DTYPE_BYTES[dtype])
+        """SIMD lanes a work-item uses for ``dtype`` (1 on GPUs): the fp32 lanes, scaled by the
+        compute type's width, at most 16 (the widest vector OpenCL and SPIR-V have)."""
+        return max(1, min(16, self.limits.lanes * 4 // DTYPE_BYTES[compute_dtype(dtype)]))
 
     @property
     def cache_key(self) -> str:
