@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,13 @@ class CPUBackend(Backend):
             fma_per_cycle_measured=measured.fma_per_cycle_measured,
         )
         return target.cpu_name, Peak(measured.tflops, measured.method), extra
+
+    def implementations(self, kernel: str) -> list[Implementation]:
+        """The kernel's implementations, its llvmlite sources narrowed to the SIMD kernels' dtypes."""
+        return [
+            replace(i, dtypes=tuple(d for d in i.dtypes if d in CPU_LLVM_DTYPES)) if i.language == "llvmlite" else i
+            for i in super().implementations(kernel)
+        ]
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not present("llvmlite"):

@@ -77,7 +77,8 @@ def test_records_carry_compiler_facts(compiled: dict, target: str) -> None:
 
 
 def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
-    by = {(r["target"], r["variant"]): r["tensor_core"] for r in compiled["compile"]}
+    # Triton's variants; the llvmlite work-group kernels have no mma path yet (FMA units).
+    by = {(r["target"], r["variant"]): r["tensor_core"] for r in compiled["compile"] if r["impl"] == "triton"}
     for dtype in ("fp16", "bf16", "tf32"):
         assert by[("sm_90", f"gemm_{dtype}")]["wgmma"] > 0
         assert by[("gfx942", f"gemm_{dtype}")]["mfma"] > 0
