@@ -168,7 +168,7 @@ class OpenCLBackend(Backend):
             return Availability(False, "OpenCL buffers here take no bf16 (NumPy has no bf16 dtype to fill them)")
         if not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
-        source = _llvm_source(kernel)
+        source = get_kernel(kernel).source_module("llvmlite")
         if not hasattr(source, "simt_config"):
             return Availability(False, f"{kernel}'s llvmlite source has no work-group (SIMT) kernel")
         try:
@@ -274,14 +274,6 @@ def simt_limits(device: DeviceInfo) -> Any:
         lanes=lanes(device, "fp32") if device.kind == "cpu" else 1,
         fp16="cl_khr_fp16" in extra.get("extensions", []),
     )
-
-
-def _llvm_source(kernel: str) -> Any:
-    spec = get_kernel(kernel)
-    source = spec.source_in("llvmlite")
-    if source is None:
-        raise RuntimeError(f"kernel {kernel} has no llvmlite source")
-    return importlib.import_module(spec.entry(source.module))
 
 
 def _spirv_target(limits: Any) -> Any:

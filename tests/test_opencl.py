@@ -267,10 +267,13 @@ def test_first_error_line_picks_the_error() -> None:
 def spirv_modules():
     pytest.importorskip("llvmlite")
     from hwbench.kernels.llvmir.simt import DeviceLimits
-    from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv, llvm_source
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv
 
     limits = DeviceLimits(kind="cpu", lanes=16)
-    configs = {k: llvm_source(k).simt_config(SPIRVTarget(limits), "fp32") for k in ("gemm", "attention")}
+    configs = {
+        k: get_kernel(k).source_module("llvmlite").simt_config(SPIRVTarget(limits), "fp32")
+        for k in ("gemm", "attention")
+    }
     try:
         return {(k, d): build_spirv(k, d, limits, configs[k]) for k in ("gemm", "attention") for d in ("fp32", "fp64")}
     except RuntimeError as exc:

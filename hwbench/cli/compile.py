@@ -19,9 +19,8 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-from hwbench.cli.options import fresh_out
+from hwbench.cli.options import add_out, fresh_out
 from hwbench.compile.jobs import IMPLS, compile_document, compiled_kernels, parse_targets, plan_jobs, run_jobs
 from hwbench.compile.stats import summary_lines
 from hwbench.core.records import now
@@ -41,12 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kernel", default=None, help="comma list: gemm,attention (default: both)")
     parser.add_argument("--impl", default=None, help="comma list: triton,llvm (default: both)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results file to write (never overwritten; default: results/hwbench-compile-HOST-TIME.json)",
-    )
+    add_out(parser, "hwbench-compile-HOST-TIME.json")
     parser.add_argument("--jobs", type=int, default=0, help="parallel compiler processes (default: cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 

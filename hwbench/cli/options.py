@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import default_out
+
+
+def add_out(parser: argparse.ArgumentParser, default_name: str) -> None:
+    """``--out FILE``: the results file to write, never overwritten (``default_name`` in results/)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"results file to write (never overwritten; default: results/{default_name})",
+    )
 
 
 def positive_seconds(value: float, flag: str) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import fresh_out, positive_seconds
+from hwbench.cli.options import add_out, fresh_out, positive_seconds
 from hwbench.collective.run import run_collective
 from hwbench.collective.torchrun import follow_if_joined, set_ranks
 from hwbench.core.dtypes import DTYPE_BYTES
@@ -65,12 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BACKEND:INDEX",
         help="run only on this device (repeatable), e.g. opencl:1",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results file to write (never overwritten; default: results/hwbench-HOST-TIME.json)",
-    )
+    add_out(parser, "hwbench-HOST-TIME.json")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     parser.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")

@@ -9,7 +9,6 @@ AMDGCN assembly (``v_mfma``). Used by ``hwbench compile`` inside its child proce
 
 from __future__ import annotations
 
-import importlib
 import re
 import shutil
 import subprocess
@@ -50,15 +49,6 @@ def base_record(kernel: str, impl: str, arch: str, variant: str, dtype: str | No
         "compile_s": None,
         "assembler": None,
     }
-
-
-def source_module(kernel: str, language: str) -> Any:
-    """The module of ``kernel``'s source in ``language`` (as its folder declares it)."""
-    spec = get_kernel(kernel)
-    source = spec.source_in(language)
-    if source is None:
-        raise RuntimeError(f"kernel {kernel} has no {language} source")
-    return importlib.import_module(spec.entry(source.module))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -168,7 +158,7 @@ def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
     import triton
     from triton.compiler import ASTSource
 
-    source = source_module(kernel, "triton")
+    source = get_kernel(kernel).source_module("triton")
     target = _triton_target(arch)
     records = []
     for v in source.compile_variants(arch):
@@ -207,7 +197,7 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
     architecture (PTX through ptxas, or an AMDGCN code object)."""
     from hwbench.kernels.llvmir.gpu import target_for  # imports llvmlite, which is optional
 
-    source = source_module(kernel, "llvmlite")
+    source = get_kernel(kernel).source_module("llvmlite")
     target = target_for(arch)
     record = base_record(kernel, "llvm", arch, f"{kernel}_{dtype}", dtype)
     if not hasattr(source, "simt_config"):

@@ -11,11 +11,13 @@ Registering a kernel is one line in :data:`BUILTIN_KERNELS` (or an entry point o
 
 from __future__ import annotations
 
+import importlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -129,6 +131,13 @@ class Kernel(ABC):
     def source_in(self, language: str) -> Source | None:
         """The kernel's first portable source in ``language``, if it has one."""
         return next((s for s in self.sources if s.language == language), None)
+
+    def source_module(self, language: str) -> ModuleType:
+        """The module of the kernel's source in ``language``; RuntimeError when it has none."""
+        source = self.source_in(language)
+        if source is None:
+            raise RuntimeError(f"kernel {self.name} has no {language} source")
+        return importlib.import_module(self.entry(source.module))
 
     def bus_factor(self, shape: Shape) -> float:
         """Of a collective: busbw / algbw (nccl-tests' factor; all_reduce's is 2(n-1)/n)."""

@@ -30,25 +30,15 @@ def bandwidths(record: dict[str, Any], kernel: Any) -> dict[str, float]:
     return {"algbw_gbps": algbw, "busbw_gbps": algbw * kernel.bus_factor(record["shape"])}
 
 
-def _key(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        record["backend"],
-        record.get("device_index"),
-        record["kernel"],
-        record["dtype"],
-        tuple(sorted(record["shape"].items())),
-    )
-
-
 def per_native_overheads(records: list[dict[str, Any]]) -> None:
     """``metrics.porting_overheads[native]`` of every portable collective record, in place."""
     natives: dict[tuple[Any, ...], dict[str, float]] = {}
     for r in records:
         if r["kernel"] == "allreduce" and r.get("impl_kind") == "native" and r["status"] == "ok":
-            natives.setdefault(_key(r), {})[r["impl"]] = r["timing"]["median_s"]
+            natives.setdefault(metrics.case_key(r), {})[r["impl"]] = r["timing"]["median_s"]
     for r in records:
         if r["kernel"] == "allreduce" and r.get("impl_kind") == "portable" and r["status"] == "ok":
-            twins = natives.get(_key(r), {})
+            twins = natives.get(metrics.case_key(r), {})
             r["metrics"]["porting_overheads"] = {
                 name: metrics.porting_overhead(t, r["timing"]["median_s"]) for name, t in twins.items()
             }

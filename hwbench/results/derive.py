@@ -14,16 +14,6 @@ def _devices(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     return {(b["name"], d["index"]): d for b in doc.get("backends", []) for d in b.get("devices", [])}
 
 
-def _twin_key(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        record["backend"],
-        record.get("device_index"),
-        record["kernel"],
-        record["dtype"],
-        tuple(sorted(record["shape"].items())),
-    )
-
-
 class Reference(Protocol):
     """What metrics are derived with: device peaks and prices (``hwbench.decide.catalog.Catalog``)."""
 
@@ -57,7 +47,7 @@ def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, A
     natives: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
         if record.get("impl_kind") == "native" and record["status"] == "ok":
-            natives.setdefault(_twin_key(record), record)
+            natives.setdefault(metrics.case_key(record), record)
     return natives
 
 
@@ -67,7 +57,7 @@ def _host_native(
     """The cpu backend's native twin of a record whose device is the host CPU (e.g. PoCL), if any."""
     if record["backend"] == "cpu" or device is None or not (device.get("extra") or {}).get("host_cpu"):
         return None
-    return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == _twin_key(record)[2:]), None)
+    return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == metrics.case_key(record)[2:]), None)
 
 
 def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
@@ -99,7 +89,7 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
                 "porting_overhead": None,
             }
         )
-        native = natives.get(_twin_key(record))
+        native = natives.get(metrics.case_key(record))
         if record.get("impl_kind") == "portable" and native is not None:
             out["native_impl"] = native["impl"]
             out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)

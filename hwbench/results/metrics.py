@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+
+def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """What a record measured, its implementation aside: backend, device, kernel, dtype, shape
+    (records with equal keys are twins whose times compare)."""
+    return (
+        record["backend"],
+        record.get("device_index"),
+        record["kernel"],
+        record["dtype"],
+        tuple(sorted(record["shape"].items())),
+    )
 
 
 def tflops(flops: float, seconds: float) -> float:

@@ -10,7 +10,6 @@ binary module a device whose ``CL_DEVICE_IL_VERSION`` lists SPIR-V accepts throu
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -149,17 +148,8 @@ def spirv_problem(binary: bytes) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip().splitlines()[0]
 
 
-def llvm_source(kernel: str) -> Any:
-    """The module of ``kernel``'s llvmlite source (its folder's ``Source`` in that language)."""
-    spec = get_kernel(kernel)
-    source = spec.source_in("llvmlite")
-    if source is None:
-        raise RuntimeError(f"kernel {kernel} has no llvmlite source")
-    return importlib.import_module(spec.entry(source.module))
-
-
 def _build_here(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
-    source = llvm_source(kernel)
+    source = get_kernel(kernel).source_module("llvmlite")
     target = SPIRVTarget(DeviceLimits(**limits))
     return target.lower(source.build(target, dtype, config), source.KERNEL)
 
