@@ -84,7 +84,7 @@ def make_doc() -> dict[str, Any]:
         "metrics": {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None},
     }
     return {
-        "schema_version": 1,
+        "schema_version": results.SCHEMA_VERSION,
         "kind": "hwbench-results",
         "run": {
             "id": "0123abcd",
@@ -388,13 +388,35 @@ def test_load_applies_registered_migration(tmp_path: Path, sample_doc, monkeypat
         doc["records"] = doc.pop("cases")  # version 0 called them "cases"
         return doc
 
-    monkeypatch.setattr(results, "MIGRATIONS", {0: v0_to_v1})
+    monkeypatch.setattr(results, "MIGRATIONS", {**results.MIGRATIONS, 0: v0_to_v1})
     old = copy.deepcopy(sample_doc)
     old["schema_version"] = 0
     old["cases"] = old.pop("records")
     loaded = results.load(_write(tmp_path / "v0.json", old))
     assert loaded == sample_doc
-    assert loaded["schema_version"] == 1
+    assert loaded["schema_version"] == results.SCHEMA_VERSION
+
+
+def test_version_1_file_loads_as_version_2(tmp_path: Path, sample_doc) -> None:
+    v1 = copy.deepcopy(sample_doc)
+    v1["schema_version"] = 1
+    path = _write(tmp_path / "v1.json", v1)
+    assert results.validate(v1) == [] and v1["schema_version"] == 1  # checked as loaded, not changed
+    loaded = results.load(path)
+    assert loaded == {**v1, "schema_version": 2} == sample_doc
+    assert json.loads(path.read_text())["schema_version"] == 1  # the file itself is left as it was
+
+
+def test_implausible_is_a_status_with_a_reason(sample_doc) -> None:
+    assert "implausible" in results.STATUSES
+    record = sample_doc["records"][0]
+    record["status"] = "implausible"
+    assert results.validate(sample_doc) != []  # a reason is required, as for every status but ok
+    record["reason"] = "9000 TFLOPS is above 1.05x the device's fp32 peak 0.1 TFLOPS"
+    assert results.validate(sample_doc) == []
+    v1 = copy.deepcopy(sample_doc)
+    v1["schema_version"] = 1
+    assert results.validate(v1) == []  # a migrated document may hold the new status
 
 
 def test_migrate_chains_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -458,6 +480,6 @@ def test_file_written_from_sample_doc_passes_cli_validate(tmp_path: Path, sample
 
     path = results.save(sample_doc, tmp_path / "run.json")
     assert main(["validate", str(path)]) == 0
-    assert "valid (schema_version 1, 2 records)" in capsys.readouterr().out
+    assert f"valid (schema_version {results.SCHEMA_VERSION}, 2 records)" in capsys.readouterr().out
     bad = _write(tmp_path / "bad.json", {**sample_doc, "kind": "x"})
     assert main(["validate", str(path), str(bad)]) == 1

@@ -15,6 +15,7 @@ from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
 from hwbench.decide.score import score_platforms
 from hwbench.decide.weights import load_weights
+from hwbench.results.files import SCHEMA_VERSION
 
 GPU = device("cuda", "Test GPU", "gpu")
 CPU = device("cpu", "Test CPU", "cpu")
@@ -299,7 +300,10 @@ def _bad_results(tmp_path: Path) -> list[tuple[str, str]]:
     cases = {
         "empty.json": ("", "the file is empty"),
         "truncated.json": (good[: len(good) // 2], "truncated"),
-        "newer.json": (good.replace('"schema_version": 1', '"schema_version": 2', 1), "upgrade hwbench"),
+        "newer.json": (
+            good.replace(f'"schema_version": {doc["schema_version"]}', f'"schema_version": {SCHEMA_VERSION + 1}', 1),
+            "upgrade hwbench",
+        ),
     }
     nan = json.loads(good)
     nan["records"][0]["metrics"]["tflops"] = float("nan")
@@ -313,7 +317,7 @@ def _bad_results(tmp_path: Path) -> list[tuple[str, str]]:
         ("sample.json", sample, "records[2].timing.samples_s is inf"),
     ):
         cases[name] = (json.dumps(bad), expected)
-    assert doc["schema_version"] == 1
+    assert f'"schema_version": {SCHEMA_VERSION + 1}' in cases["newer.json"][0]
     out = []
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)

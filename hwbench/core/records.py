@@ -18,9 +18,11 @@ from typing import Any
 
 from hwbench.core.host import hwbench_info
 
-SCHEMA_VERSION = 1
+#: The results format's version: 2 added the status ``implausible``.
+SCHEMA_VERSION = 2
 KIND = "hwbench-results"
-STATUSES = ("ok", "skipped", "compile_error", "runtime_error", "parity_failed", "timeout", "crashed")
+#: A record's status. ``implausible``: a figure above the device's peak, or an output wrong after timing.
+STATUSES = ("ok", "skipped", "compile_error", "runtime_error", "parity_failed", "implausible", "timeout", "crashed")
 
 
 def finite(value: Any) -> Any:

@@ -7,6 +7,7 @@ refuses newer ones.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -33,8 +34,14 @@ __all__ = [
     "validate",
 ]
 
+
+def _from_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added the status ``implausible``: a version 1 document reads as it is."""
+    return doc
+
+
 #: Upgrades from version N to N + 1, applied in order by :func:`migrate`.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 
 
 def schema() -> dict[str, Any]:
@@ -44,8 +51,19 @@ def schema() -> dict[str, Any]:
 
 
 def validate(doc: Any) -> list[str]:
-    """Schema violations of ``doc`` as human lines (empty when valid)."""
+    """Schema violations of ``doc`` as human lines (empty when valid).
+
+    An older document is checked as :func:`load` reads it: migrated first (on a copy).
+    """
     import jsonschema
+
+    if isinstance(doc, dict):
+        version = doc.get("schema_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
+            try:
+                doc = migrate(copy.deepcopy(doc))
+            except UserError as exc:
+                return [f"schema_version: {exc}"]
 
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
