@@ -134,10 +134,30 @@ def test_gemm_flops_and_bytes() -> None:
     assert GEMM.bytes_moved(shape, "bf16") == 2.0 * (10 + 15 + 6)
 
 
-def test_attention_flops_4bhsqskd_halved_for_causal() -> None:
+def test_attention_flops_4bhd_per_kept_pair() -> None:
     shape = {"batch": 2, "heads": 3, "seq_q": 5, "seq_k": 7, "head_dim": 11, "causal": 0}
     assert ATTENTION.flops(shape) == 4.0 * 2 * 3 * 5 * 7 * 11 == 9240.0
-    assert ATTENTION.flops({**shape, "causal": 1}) == 4620.0
+    # causal, 5 queries over 7 keys: query i keeps i + 1 keys, 1 + 2 + 3 + 4 + 5 = 15 pairs
+    assert ATTENTION.flops({**shape, "causal": 1}) == 4.0 * 2 * 3 * 15 * 11
+
+
+@pytest.mark.parametrize(("sq", "sk"), [(7, 300), (300, 7), (1, 1), (64, 64), (33, 17), (17, 33)])
+def test_causal_attention_counts_the_pairs_its_mask_keeps(sq: int, sk: int) -> None:
+    """The pairs counted are those the float64 reference keeps (not Sq*Sk/2): 7 queries over
+    300 keys keep 28 pairs, 300 over 7 keep 2079."""
+    shape = ATTENTION.complete({"seq_q": sq, "seq_k": sk, "head_dim": 2, "causal": 1})
+    inputs = ATTENTION.make_inputs(shape, "fp64", 0)
+    kept = 0
+    for key in range(sk):  # a key changes a query's output only where the mask keeps the pair
+        bumped = {**inputs, "v": inputs["v"].copy()}
+        bumped["v"][..., key, :] += 1.0
+        changed = ATTENTION.reference(bumped, shape) != ATTENTION.reference(inputs, shape)
+        kept += int(changed.any(axis=-1).sum())
+    assert ATTENTION.flops(shape) == 4.0 * kept * 2
+    if (sq, sk) == (7, 300):
+        assert kept == 28
+    if (sq, sk) == (300, 7):
+        assert kept == 2079
 
 
 def test_allreduce_flops_and_bus_factor() -> None:

@@ -12,6 +12,16 @@ from hwbench.core.errors import UserError
 from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
 
 
+def kept_pairs(shape: Shape) -> float:
+    """Query-key pairs the mask keeps: Sq*Sk without one; with the top-left causal mask
+    query i keeps keys 0..min(i, Sk - 1)."""
+    sq, sk = shape["seq_q"], shape["seq_k"]
+    if not shape["causal"]:
+        return float(sq * sk)
+    full = min(sq, sk)  # queries 0..full-1 keep i + 1 keys; the rest keep all Sk
+    return float(full * (full + 1) // 2 + (sq - full) * sk)
+
+
 def _attn(b: int, h: int, sq: int, sk: int, d: int, causal: int) -> dict[str, int]:
     return {"batch": b, "heads": h, "seq_q": sq, "seq_k": sk, "head_dim": d, "causal": causal}
 
@@ -116,9 +126,9 @@ class Attention(Kernel):
         return shape
 
     def flops(self, shape: Shape) -> float:
-        # Counted as FlashAttention's benchmarks do: 4*B*H*Sq*Sk*D, halved for causal.
-        pairs = float(shape["seq_q"] * shape["seq_k"]) / (2.0 if shape["causal"] else 1.0)
-        return 4.0 * shape["batch"] * shape["heads"] * pairs * shape["head_dim"]
+        # 4*D flops per query-key pair the mask keeps (QK^T and PV, 2*D each), as FlashAttention's
+        # benchmarks count; causal keeps, top-left aligned, min(i + 1, Sk) keys for query i.
+        return 4.0 * shape["batch"] * shape["heads"] * kept_pairs(shape) * shape["head_dim"]
 
     def bytes_moved(self, shape: Shape, dtype: str) -> float:
         bh, d = shape["batch"] * shape["heads"], shape["head_dim"]
