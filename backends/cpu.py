@@ -65,6 +65,13 @@ class HostKernel(Prepared):
     def result(self) -> np.ndarray:
         return np.asarray(self._kernel.output)
 
+    def clear_output(self) -> bool:
+        output = np.asarray(self._kernel.output)
+        if output.dtype.kind != "f":
+            return False
+        output.fill(np.nan)
+        return True
+
 
 def _vendor() -> str:
     try:

@@ -40,11 +40,17 @@ class TorchPrepared(Prepared):
     """A call on device tensors; ``result`` copies its output to the host (narrow dtypes as fp32)."""
 
     def __init__(
-        self, call: Callable[[], Any], config: Mapping[str, Any], compile_s: float = 0.0, keepalive: Any = None
+        self,
+        call: Callable[[], Any],
+        config: Mapping[str, Any],
+        compile_s: float = 0.0,
+        keepalive: Any = None,
+        out: Any = None,
     ) -> None:
         self._call = call
         self._last: Any = None
         self._keepalive = keepalive
+        self._out = out
         self.config = dict(config)
         self.compile_s = compile_s
 
@@ -59,6 +65,12 @@ class TorchPrepared(Prepared):
         if out.dtype in (torch.float16, torch.bfloat16):
             out = out.float()
         return np.asarray(out.cpu().numpy())
+
+    def clear_output(self) -> bool:
+        if self._out is None or not self._out.is_floating_point():
+            return False
+        self._out.fill_(float("nan"))
+        return True
 
 
 class EventTimer(Timer):
@@ -239,7 +251,7 @@ class TorchGPUBackend(Backend):
         if impl.kind == "native":
             _set_fp32_precision(dtype)
             call, config = load_callable(impl.entry)(tensors, out, shape, dtype)
-            return TorchPrepared(call, config)
+            return TorchPrepared(call, config, out=out)
         source = importlib.import_module(impl.entry)
         if impl.language == "triton":
             return self._triton(source, tensors, out, shape, dtype, device)
@@ -258,7 +270,7 @@ class TorchGPUBackend(Backend):
         start = time.perf_counter()
         best, tried = tune(source.tuning_space(device.arch, dtype, shape), make, EventTimer(self.event_name))
         config = {**best.as_dict(), "arch": device.arch, "tuned": tried}
-        return TorchPrepared(make(best), config, compile_s=time.perf_counter() - start)
+        return TorchPrepared(make(best), config, compile_s=time.perf_counter() - start, out=out)
 
     def _llvm(self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
         # The GPU lowering imports llvmlite, which is optional (supports() checked it is here).
@@ -288,7 +300,7 @@ class TorchGPUBackend(Backend):
                 launch(blocks, threads, args)
             return out
 
-        return TorchPrepared(call, run_config, compile_s=compile_s, keepalive=binary)
+        return TorchPrepared(call, run_config, compile_s=compile_s, keepalive=binary, out=out)
 
     def loader_name(self) -> str:
         """Name of the library that loads llvmlite code objects."""

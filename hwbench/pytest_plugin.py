@@ -77,6 +77,14 @@ def _peak_tflops(device: Any, dtype: str) -> float | None:
     return Catalog.load().device_peak(device.name, own, dtype)[0]
 
 
+def _step(step: Callable[[], Any]) -> Any:
+    """``step()``; a failing step fails the test with its status and reason."""
+    try:
+        return step()
+    except CaseFailed as fail:
+        pytest.fail(f"{fail.status}: {fail.reason}", pytrace=False)
+
+
 def _checked(steps: Pipeline, case: Case) -> tuple[Prepared, dict[str, Any]]:
     """The case prepared and run once, its output checked: a failure or a wrong output fails the test."""
     try:
@@ -144,9 +152,14 @@ class HwbenchCase:
 
         benchmark = self._benchmark
         benchmark.group = f"{kernel} {spec.describe_shape(full_shape)} {dtype}"
+        cleared = _step(lambda: steps.clear(prepared))
         benchmark.pedantic(timed_call, setup=flusher, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         timed = samples[-rounds:]  # pedantic's warm-up rounds come first
         median = _median(timed)
+        if samples:  # not under --benchmark-disable's single call without timing
+            found_parity, why = _step(lambda: steps.recheck(case, prepared, cleared))
+            if why:
+                pytest.fail(f"parity failed: {why}", pytrace=False)
 
         native_impl = None
         # Under --benchmark-disable (a smoke run) nothing is recorded: the native is not timed.
@@ -173,6 +186,10 @@ class HwbenchCase:
             native_impl,
             native_median_s,
         )
+        peak = _peak_tflops(dev, dtype)
+        refused = metrics.implausible(result.tflops, peak, dtype, None) if result.tflops and peak else None
+        if refused:
+            pytest.fail(f"implausible: {refused}", pytrace=False)
         benchmark.extra_info.update(result.extra_info())
         return result
 

@@ -148,6 +148,12 @@ class Prepared(ABC):
     def result(self) -> np.ndarray:
         """The output of the last run, on the host."""
 
+    def clear_output(self) -> bool:
+        """Fill the output with NaN where it lives, so the output after the timed calls shows that
+        they computed it; False (the default) where this case cannot (a call that returns a new
+        array each time needs no clearing: its last result is checked as it is)."""
+        return False
+
 
 class Timer(ABC):
     """Times one call on the device's own clock."""

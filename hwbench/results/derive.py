@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from hwbench.core.records import empty_metrics, failed
 from hwbench.core.registry import get_kernel
 from hwbench.results import collective_figures as collective
 from hwbench.results import metrics
+from hwbench.run.case import error_line
 
 
-def _devices(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+def _devices(doc: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {(b["name"], d["index"]): d for b in doc.get("backends", []) for d in b.get("devices", [])}
+
+
+class Unusable(Exception):
+    """A record whose figures hwbench cannot stand behind: ``status`` and why."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
 
 
 class Reference(Protocol):
@@ -28,6 +39,8 @@ def _peak(device: dict[str, Any] | None, dtype: str, reference: Reference) -> tu
     if device is None:
         return None, None
     own = device.get("peak") or {}
+    if (own.get("tflops") or {}).get(dtype, 0.0) is None:  # NaN or infinite when the worker sent it
+        raise Unusable("runtime_error", f"the backend reports a {dtype} peak that is not a number: no share of peak")
     return reference.device_peak(device["name"], own.get("tflops"), dtype, own.get("method"))
 
 
@@ -60,52 +73,120 @@ def _host_native(
     return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == metrics.case_key(record)[2:]), None)
 
 
+def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> tuple[Any, ...]:
+    """The record's median, TFLOPS and peak, checked: Unusable when a figure is not a number
+    hwbench can use, or the throughput is above what the device can do for that dtype."""
+    median = record["timing"].get("median_s")
+    if not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
+        raise Unusable("runtime_error", f"median time {median!r} s is not a positive number of seconds")
+    kernel = get_kernel(record["kernel"])
+    achieved = metrics.tflops(kernel.flops(record["shape"]), median)
+    peak, peak_source = _peak(device, record["dtype"], reference)
+    if peak is not None and not (math.isfinite(peak) and peak > 0):
+        why = f"the device's {record['dtype']} peak is {peak!r} TFLOPS ({peak_source}): not a figure to divide by"
+        raise Unusable("runtime_error", why)
+    if kernel.spans_ranks:
+        check = "not checked: a collective is bound by links, not by compute"
+    elif peak is None:
+        check = f"not checked: no {record['dtype']} peak known for this device"
+    else:
+        reason = metrics.implausible(achieved, peak, record["dtype"], peak_source)
+        if reason:
+            raise Unusable("implausible", reason)
+        check = f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the {record['dtype']} peak"
+    return median, achieved, peak, peak_source, check
+
+
 def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
     """Compute tflops, gbps, % of peak, porting overhead and TFLOPS per USD/hour in place,
-    with peaks and prices from ``catalog`` (where a device has no peak of its own)."""
+    with peaks and prices from ``catalog`` (where a device has no peak of its own).
+
+    A record whose figures cannot be derived (a median that is not a positive time, a peak
+    that is not a positive number) becomes ``runtime_error``, one above 1.05x its device's
+    peak for its dtype ``implausible``, each with the reason; derivation never raises.
+    """
     devices = _devices(doc)
-    natives = _natives(doc["records"])
-    for record in doc["records"]:
-        median = record["timing"].get("median_s")
-        if record["status"] != "ok" or not median:
+    gated: dict[int, tuple[Any, ...]] = {}
+    for number, record in enumerate(doc["records"]):
+        if record["status"] != "ok":
             continue
-        kernel = get_kernel(record["kernel"])
-        device = devices.get((record["backend"], record.get("device_index")))
-        achieved = metrics.tflops(kernel.flops(record["shape"]), median)
-        peak, peak_source = _peak(device, record["dtype"], catalog)
-        quote = _price(doc, device, catalog)
-        out = record["metrics"]
-        out.update(
-            {
-                "tflops": achieved,
-                "gbps": metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median),
-                "pct_peak": metrics.pct_of_peak(achieved, peak),
-                "peak_tflops": peak,
-                "peak_source": peak_source,
-                "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote[0] if quote else None),
-                "usd_per_hour": quote[0] if quote else None,
-                "price_source": quote[1] if quote else None,
-                "native_impl": None,
-                "porting_overhead": None,
-            }
-        )
-        native = natives.get(metrics.case_key(record))
-        if record.get("impl_kind") == "portable" and native is not None:
-            out["native_impl"] = native["impl"]
-            out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
-        host = _host_native(natives, record, device)
-        if host is not None:
-            out["host_native_impl"] = host["impl"]
-            out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
-        if kernel.spans_ranks:
-            # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
-            out.update(
-                collective.bandwidths(record, kernel),
-                tflops=None,
-                pct_peak=None,
-                peak_tflops=None,
-                peak_source=None,
-                tflops_per_usd_hour=None,
+        try:
+            gated[number] = _gate(record, devices.get((record["backend"], record.get("device_index"))), catalog)
+        except Unusable as refused:
+            failed(record, refused.status, refused.reason)
+        except Exception as exc:  # a kernel's or backend's figure that breaks the formulas
+            failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
+    natives = _natives(doc["records"])
+    for number, figures in gated.items():
+        record = doc["records"][number]
+        try:
+            _fill(doc, record, figures, devices, natives, catalog)
+        except Exception as exc:
+            record["metrics"] = empty_metrics()
+            failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
+    _drop_broken_peaks(doc, devices)
+    try:
+        collective.per_native_overheads(doc["records"])
+        collective.summarize(doc)
+    except Exception as exc:
+        doc.setdefault("warnings", []).append(f"collective figures not derived: {error_line(exc)}")
+
+
+def _drop_broken_peaks(doc: dict[str, Any], devices: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+    """Peaks a backend reported as NaN or infinite (null once sent) leave the file, with a warning."""
+    for (backend, index), device in devices.items():
+        peaks = (device.get("peak") or {}).get("tflops") or {}
+        for dtype in [d for d, value in peaks.items() if value is None]:
+            del peaks[dtype]
+            doc.setdefault("warnings", []).append(
+                f"{backend}:{index} reported a {dtype} peak that is not a number; dropped, its records refused"
             )
-    collective.per_native_overheads(doc["records"])
-    collective.summarize(doc)
+
+
+def _fill(
+    doc: dict[str, Any],
+    record: dict[str, Any],
+    figures: tuple[Any, ...],
+    devices: dict[tuple[Any, ...], dict[str, Any]],
+    natives: dict[tuple[Any, ...], dict[str, Any]],
+    catalog: Reference,
+) -> None:
+    """The metrics of one gated record."""
+    median, achieved, peak, peak_source, check = figures
+    kernel = get_kernel(record["kernel"])
+    device = devices.get((record["backend"], record.get("device_index")))
+    quote = _price(doc, device, catalog)
+    out = record["metrics"]
+    out.update(
+        {
+            "tflops": achieved,
+            "gbps": metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median),
+            "pct_peak": metrics.pct_of_peak(achieved, peak),
+            "peak_tflops": peak,
+            "peak_source": peak_source,
+            "peak_check": check,
+            "tflops_per_usd_hour": metrics.per_usd_hour(achieved, quote[0] if quote else None),
+            "usd_per_hour": quote[0] if quote else None,
+            "price_source": quote[1] if quote else None,
+            "native_impl": None,
+            "porting_overhead": None,
+        }
+    )
+    native = natives.get(metrics.case_key(record))
+    if record.get("impl_kind") == "portable" and native is not None:
+        out["native_impl"] = native["impl"]
+        out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
+    host = _host_native(natives, record, device)
+    if host is not None:
+        out["host_native_impl"] = host["impl"]
+        out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
+    if kernel.spans_ranks:
+        # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
+        out.update(
+            collective.bandwidths(record, kernel),
+            tflops=None,
+            pct_peak=None,
+            peak_tflops=None,
+            peak_source=None,
+            tflops_per_usd_hour=None,
+        )

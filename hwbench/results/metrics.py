@@ -35,6 +35,24 @@ def pct_of_peak(achieved_tflops: float, peak_tflops: float | None) -> float | No
     return 100.0 * achieved_tflops / peak_tflops
 
 
+#: A figure above this multiple of the device's peak (for its dtype) is refused as implausible:
+#: the margin covers a datasheet's rounding and a boost clock above the rated one.
+PLAUSIBLE_PEAK_FRACTION = 1.05
+
+
+def implausible(achieved_tflops: float, peak_tflops: float, dtype: str, peak_source: str | None) -> str | None:
+    """Why ``achieved_tflops`` cannot be true on a device whose ``dtype`` peak is ``peak_tflops``
+    (None when it can): above :data:`PLAUSIBLE_PEAK_FRACTION` of the peak."""
+    if achieved_tflops <= PLAUSIBLE_PEAK_FRACTION * peak_tflops:
+        return None
+    source = f" ({peak_source})" if peak_source else ""
+    return (
+        f"{achieved_tflops:.4g} TFLOPS is {achieved_tflops / peak_tflops:.3g}x the device's {dtype} peak of "
+        f"{peak_tflops:.4g} TFLOPS{source}: a kernel cannot beat its device's peak, so the timed calls "
+        "did not do the work counted"
+    )
+
+
 def porting_overhead(t_native: float, t_portable: float) -> float:
     """Speed lost by the portable implementation: ``1 - t_native / t_portable``.
 

@@ -8,6 +8,7 @@ they do between them (the plugin times through pytest-benchmark, the probe stamp
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -218,12 +219,44 @@ class Pipeline:
         return found, "" if result.passed else why
 
     @staticmethod
-    def time(case: Case, prepared: Prepared, config: TimingConfig) -> Timing:
-        """Timed calls on the backend's timer after its flush; CaseFailed when a call fails."""
+    def clear(prepared: Prepared) -> bool:
+        """Clear the output before the timed calls (see ``Prepared.clear_output``); CaseFailed when that fails."""
         try:
-            return measure(prepared.run, case.backend.timer(case.device), case.backend.flush(case.device), config)
+            return prepared.clear_output()
+        except Exception as exc:
+            raise CaseFailed("runtime_error", f"clearing the output failed: {error_line(exc)}") from exc
+
+    @staticmethod
+    def time(case: Case, prepared: Prepared, config: TimingConfig) -> Timing:
+        """Timed calls on the backend's timer after its flush; CaseFailed when a call fails or the
+        timer returns a time that is not a positive number of seconds."""
+        try:
+            timing = measure(prepared.run, case.backend.timer(case.device), case.backend.flush(case.device), config)
         except Exception as exc:
             raise CaseFailed("runtime_error", f"while timing: {error_line(exc)}") from exc
+        bad = next((s for s in timing.samples if not (math.isfinite(s) and s > 0)), None)
+        if bad is not None or not timing.samples:
+            what = f"returned {bad!r} s" if bad is not None else "returned no samples"
+            raise CaseFailed("runtime_error", f"the {timing.timer} timer {what}: not a time hwbench can use")
+        return timing
+
+    def recheck(self, case: Case, prepared: Prepared, cleared: bool) -> tuple[dict[str, Any], str]:
+        """Parity of the output the timed calls left (cleared before them where ``cleared``), and
+        why it failed: a kernel right on its first call and wrong, or idle, afterwards fails here."""
+        found, why = self.parity(case, self.last_output(prepared))
+        found["after_timing"] = "cleared before the timed calls" if cleared else "as the last call left it"
+        if why:
+            how = " (the output was cleared before them)" if cleared else ""
+            why = f"wrong after the timed calls{how}: {why}"
+        return found, why
+
+    @staticmethod
+    def last_output(prepared: Prepared) -> np.ndarray:
+        """The output of the last timed call, on the host; CaseFailed when reading it fails."""
+        try:
+            return prepared.result()
+        except Exception as exc:
+            raise CaseFailed("runtime_error", f"reading the output after timing: {error_line(exc)}") from exc
 
 
 class CaseRunner:
@@ -252,12 +285,16 @@ class CaseRunner:
             record["parity"], why = steps.parity(case, steps.first_output(prepared))
             if why:
                 return failed(record, "parity_failed", why)
+            cleared = steps.clear(prepared)
             timing = steps.time(case, prepared, TimingConfig(**request.timing))
+            record["timing"] = timing_fields(timing)
+            record["parity"], why = steps.recheck(case, prepared, cleared)
+            if why:
+                return failed(record, "parity_failed", why)
         except CaseSkipped as skip:
             return failed(record, "skipped", str(skip))
         except CaseFailed as fail:
             return failed(record, fail.status, fail.reason)
-        record["timing"] = timing_fields(timing)
         record["warnings"] = stability_warnings(summarize(timing.samples), timing.resolution_s)
         record["wall_s"] = time.perf_counter() - start
         return record
