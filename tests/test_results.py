@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +203,141 @@ def test_save_without_hard_links_still_refuses_and_cleans_up(
         results.save(changed, path)
     assert path.read_text(encoding="utf-8") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def _take_name_first(monkeypatch: pytest.MonkeyPatch, names: list[str]) -> list[Path]:
+    """Between choosing a name and linking to it, another writer takes each name in ``names``."""
+    real_link = os.link
+    tried: list[Path] = []
+
+    def link(src, dst):
+        tried.append(Path(dst))
+        if Path(dst).name in names:
+            names.remove(Path(dst).name)
+            Path(dst).write_text("another run's file", encoding="utf-8")
+        return real_link(src, dst)
+
+    monkeypatch.setattr(results.os, "link", link)
+    return tried
+
+
+def test_save_next_free_takes_the_next_name_when_one_is_taken_meanwhile(
+    tmp_path: Path, sample_doc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried = _take_name_first(monkeypatch, ["run.json", "run.1.json"])
+    saved = results.save(sample_doc, tmp_path / "run.json", next_free=True)
+    assert saved == tmp_path / "run.2.json"
+    assert tried == [tmp_path / "run.json", tmp_path / "run.1.json", tmp_path / "run.2.json"]
+    assert results.load(saved) == sample_doc
+    assert (tmp_path / "run.json").read_text(encoding="utf-8") == "another run's file"  # never replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.1.json", "run.2.json", "run.json"]
+
+
+def test_save_without_next_free_refuses_a_name_taken_meanwhile(
+    tmp_path: Path, sample_doc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _take_name_first(monkeypatch, ["run.json"])
+    with pytest.raises(UserError, match="already exists"):
+        results.save(sample_doc, tmp_path / "run.json")
+    assert (tmp_path / "run.json").read_text(encoding="utf-8") == "another run's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_save_next_free_starts_past_existing_files(tmp_path: Path, sample_doc) -> None:
+    (tmp_path / "run.json").write_text("x")
+    assert results.save(sample_doc, tmp_path / "run.json", next_free=True) == tmp_path / "run.1.json"
+
+
+@pytest.mark.parametrize("where", ["mkstemp", "fsync"])
+def test_save_failing_to_write_is_one_line_and_leaves_nothing(
+    tmp_path: Path, sample_doc, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(results.tempfile if where == "mkstemp" else results.os, where, full)
+    with pytest.raises(UserError) as info:
+        results.save(sample_doc, tmp_path / "run.json", next_free=True)
+    message = str(info.value)
+    assert "\n" not in message and "No space left on device" in message and "run.json" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_into_a_read_only_place_is_one_line(tmp_path: Path, sample_doc) -> None:
+    blocker = tmp_path / "somefile"
+    blocker.write_text("not a folder")
+    for path in (blocker / "out.json", Path("/proc/hwbench-no-such/out.json")):
+        with pytest.raises(UserError, match="cannot write") as info:
+            results.save(sample_doc, path, next_free=True)
+        assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["somefile"]
+
+
+def test_write_new_refuses_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="is a folder: give -o a file name"):
+        results.write_new(tmp_path, "text", option="-o")
+
+
+def test_check_writable(tmp_path: Path) -> None:
+    results.check_writable(tmp_path / "new" / "deeper" / "out.json")  # folders it would create
+    assert list(tmp_path.iterdir()) == []  # checking creates nothing that stays
+    blocker = tmp_path / "somefile"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match=r"somefile is a file, not a folder; choose another --csv"):
+        results.check_writable(blocker / "sub" / "out.json", "--csv")
+    for path in ("/proc/hwbench-no-such/out.json", "/sys/out.json"):
+        with pytest.raises(UserError, match="is not writable") as info:
+            results.check_writable(path)
+        assert "\n" not in str(info.value)
+
+
+def test_check_writable_refuses_a_folder_that_refuses_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*args, **kwargs):
+        raise PermissionError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(results.tempfile, "mkstemp", read_only)
+    with pytest.raises(UserError, match=r"folder .* is not writable \(Read-only file system\)"):
+        results.check_writable(tmp_path / "out.json")
+
+
+def test_check_new_refuses_existing_files_before_any_work(tmp_path: Path) -> None:
+    existing = tmp_path / "r.json"
+    existing.write_text("x")
+    with pytest.raises(UserError, match="r.json already exists; hwbench never overwrites a file: choose another -o"):
+        results.check_new(existing, "-o")
+    link = tmp_path / "dangling.json"
+    link.symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(UserError, match="already exists"):
+        results.check_new(link)
+    with pytest.raises(UserError, match="is a folder"):
+        results.check_new(tmp_path)
+    results.check_new(tmp_path / "free.json")
+
+
+def test_fallback_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    name = f"hwbench-rescued-run-{os.getpid()}.json"
+    assert results.fallback_path("/proc/nowhere/run.json") == here / name
+    # the current folder is the one that failed: the system's temporary folder instead
+    assert results.fallback_path(here / "run.json") == Path(tempfile.gettempdir()).absolute() / name
+    real = tempfile.mkstemp
+
+    def refuse_in(*folders: Path):
+        def mkstemp(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir).absolute() in folders:
+                raise PermissionError(errno.EROFS, "Read-only file system")
+            return real(*args, dir=dir, **kwargs)
+
+        return mkstemp
+
+    monkeypatch.setattr(results.tempfile, "mkstemp", refuse_in(here))
+    assert results.fallback_path("/proc/nowhere/run.json").parent == Path(tempfile.gettempdir()).absolute()
+    monkeypatch.setattr(results.tempfile, "mkstemp", refuse_in(here, Path(tempfile.gettempdir()).absolute()))
+    with pytest.raises(UserError, match="cannot rescue the results"):
+        results.fallback_path("/proc/nowhere/run.json")
+    assert list(here.iterdir()) == []
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path: Path, sample_doc) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from hwbench.decide.portability import p3_csv, portability
 from hwbench.results.checked import load_checked
+from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
 
 HELP = "performance portability (Pennycook PP) of each implementation across devices; p3 CSV export"
@@ -31,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="write problem,platform,application,fom rows for the p3-analysis-library ('-': stdout)",
+        help="write problem,platform,application,fom rows for the p3-analysis-library to this new file "
+        "(never overwritten; '-': stdout)",
     )
 
 
@@ -73,14 +75,16 @@ def render(doc: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Print the portability table (or JSON) and write the CSV when asked."""
+    to_stdout = args.csv is not None and str(args.csv) == "-"
+    if args.csv is not None and not to_stdout:
+        check_new(args.csv, "--csv")
     files = [load_checked(path) for path in args.files]
     if args.csv is not None:
         text = p3_csv(files)
-        if str(args.csv) == "-":
+        if to_stdout:
             print(text, end="")
             return 0
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        args.csv.write_text(text)
+        write_new(args.csv, text, what="CSV file", option="--csv")
     doc = portability(files)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     return 0

@@ -12,11 +12,8 @@ section the files have no data for says so.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 
-from hwbench.core.errors import UserError
 from hwbench.report import build
 from hwbench.results import files as results
 
@@ -31,32 +28,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=Path("report.html"),
-        help="HTML file to write (default: report.html; replaced if it exists)",
+        help="HTML file to write (default: report.html; never overwritten)",
     )
     parser.add_argument("--title", default="hwbench report", help="title of the page")
 
 
-def _write(path: Path, text: str) -> None:
-    """Write atomically: a reader never sees half a page."""
-    if path.is_dir():
-        raise UserError(f"{path} is a folder: give -o a file name such as report.html")
-    if not path.parent.exists():
-        raise UserError(f"folder {path.parent} does not exist: create it or choose another -o")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(args: argparse.Namespace) -> int:
-    """Load every file (one line and exit 2 on a bad one), build the page, write it."""
+    """Refuse an existing -o, load every file (one line and exit 2 on a bad one), build the page, write it."""
+    results.check_new(args.out, "-o")
     runs = [(path, results.load(path)) for path in args.files]
     page = build(runs, title=args.title)
-    _write(args.out, page)
+    results.write_new(args.out, page, what="report", option="-o")
     print(f"report: {args.out} ({len(page) / 1024:.0f} KiB, {len(runs)} results file(s))")
     return 0

@@ -22,6 +22,7 @@ from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
 from hwbench.decide.score import score_platforms
 from hwbench.decide.weights import load_weights
+from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
 
 HELP = "rank platforms with a weighted matrix (compute density, network, storage, startup, recovery)"
@@ -48,7 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TOML catalog of your own ([devices.KEY], [[prices]]) over the shipped one",
     )
     parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
-    parser.add_argument("--out", type=Path, default=None, help="also write the score document (JSON) to this file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="also write the score document (JSON) to this new file (never overwritten)",
+    )
 
 
 def _cell(entry: dict[str, Any]) -> str:
@@ -95,7 +101,9 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Score the platforms; 0 on success, 2 on bad input."""
+    """Score the platforms; 0 on success, 2 on bad input (an existing --out among it)."""
+    if args.out:
+        check_new(args.out)
     dims, origin = load_weights(args.weights)
     catalog = Catalog.load(args.catalog)
     platforms = [parse_platform(text) for text in args.platforms]
@@ -106,7 +114,6 @@ def main(args: argparse.Namespace) -> int:
     doc = score_platforms(platforms, dims, catalog, origin)
     text = json.dumps(doc, indent=1)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_new(args.out, text + "\n", what="score document")
     print(text if args.json else render(doc))
     return 0

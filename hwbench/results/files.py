@@ -1,8 +1,8 @@
 """Results files: one versioned JSON document per run.
 
 ``schema_version`` is an integer kept apart from the package version. Files are written
-atomically and never overwrite an existing file; the loader migrates older versions and
-refuses newer ones.
+atomically and never overwrite an existing file (:func:`write_new`, for every command that
+writes); the loader migrates older versions and refuses newer ones.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "STATUSES",
+    "check_new",
+    "check_writable",
     "dumps",
+    "fallback_path",
     "finite",
     "free_path",
     "load",
@@ -32,6 +35,7 @@ __all__ = [
     "save",
     "schema",
     "validate",
+    "write_new",
 ]
 
 
@@ -123,42 +127,80 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(finite(doc), indent=1, allow_nan=False) + "\n"
 
 
-def save(doc: dict[str, Any], path: str | Path) -> Path:
-    """Write ``doc`` to ``path`` atomically; never replace an existing file.
+#: How many next free names :func:`write_new` tries before giving up (each taken meanwhile).
+MAX_NAME_TRIES = 1000
 
-    The document goes to a temporary file in the same folder, is flushed to disk, then
-    hard-linked to its name, which fails if a file of that name appeared meanwhile.
+
+def _cannot_write(path: Path, exc: OSError, option: str) -> UserError:
+    return UserError(f"cannot write {path}: {exc.strerror or exc}; choose another {option}")
+
+
+def _link_new(tmp: str, target: Path) -> bool:
+    """Give the written file ``tmp`` the name ``target`` unless that name exists (then False)."""
+    try:
+        os.link(tmp, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: exclusive create, then replace
+        try:
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        os.replace(tmp, target)
+        return True
+
+
+def write_new(
+    path: str | Path, text: str, *, next_free: bool = False, what: str = "file", option: str = "--out"
+) -> Path:
+    """Write ``text`` to ``path`` atomically and never replace a file; the path written.
+
+    The text goes to a temporary file in the same folder, is flushed to disk, then
+    hard-linked to its name, which fails if a file of that name appeared meanwhile: then
+    UserError, or with ``next_free`` the next free ``stem.N`` name beside it, so that
+    finished work is never dropped. A failed write (read-only folder, full disk) is
+    UserError with one line; no temporary file is left behind. ``what`` and ``option``
+    name the file and the option that chose it in messages.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(doc)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is as readable as any other
+    if path.is_dir():
+        raise UserError(f"{path} is a folder: give {option} a file name")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _cannot_write(path, exc, option) from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the file is as readable as any other
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise UserError(
-                f"{path} already exists; hwbench never overwrites a results file: choose another --out"
-            ) from None
-        except OSError:  # a file system without hard links: exclusive create, then replace
-            try:
-                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                raise UserError(
-                    f"{path} already exists; hwbench never overwrites a results file: choose another --out"
-                ) from None
-            os.replace(tmp, path)
+        target = free_path(path) if next_free else path
+        for _ in range(MAX_NAME_TRIES):
+            if _link_new(tmp, target):
+                return target
+            if not next_free:
+                raise UserError(f"{path} already exists; hwbench never overwrites a {what}: choose another {option}")
+            target = free_path(path)
+        raise UserError(f"{path}: {MAX_NAME_TRIES} free names beside it were taken meanwhile; choose another {option}")
+    except OSError as exc:
+        raise _cannot_write(path, exc, option) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return path
+
+
+def save(doc: dict[str, Any], path: str | Path, next_free: bool = False) -> Path:
+    """Write ``doc`` to ``path`` as :func:`write_new` does; the path written.
+
+    Without ``next_free`` an existing ``path`` is refused; with it the first free
+    ``stem.N.json`` beside it is taken, even one that another process took meanwhile.
+    """
+    return write_new(path, dumps(doc), next_free=next_free, what="results file")
 
 
 def free_path(path: str | Path) -> Path:
@@ -170,3 +212,71 @@ def free_path(path: str | Path) -> Path:
         candidate = path.with_name(f"{path.stem}.{n}{path.suffix}")
         n += 1
     return candidate
+
+
+def _nearest_folder(path: Path) -> Path:
+    """The nearest folder of ``path`` that exists (or the file in the way of creating one)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _probe_write(folder: Path) -> None:
+    """Create and remove a file in ``folder``; OSError when that cannot be done."""
+    fd, probe = tempfile.mkstemp(prefix=".hwbench-probe-", dir=folder)
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_writable(path: str | Path, option: str = "--out") -> None:
+    """UserError (one line) when ``path``'s folder cannot be created or written.
+
+    Checked by writing: a file is created and removed in the nearest existing folder,
+    which holds for root too (a read-only file system refuses everyone).
+    """
+    path = Path(path)
+    folder = _nearest_folder(path)
+    if not folder.is_dir():
+        raise UserError(f"cannot write {path}: {folder} is a file, not a folder; choose another {option}")
+    try:
+        _probe_write(folder)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write {path}: folder {folder} is not writable ({exc.strerror or exc}); choose another {option}"
+        ) from None
+
+
+def check_new(path: str | Path, option: str = "--out") -> None:
+    """Refuse ``path`` before any work: UserError when it exists, is a folder or cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder: give {option} a file name")
+    if path.exists() or path.is_symlink():
+        raise UserError(f"{path} already exists; hwbench never overwrites a file: choose another {option}")
+    check_writable(path, option)
+
+
+def fallback_path(path: str | Path) -> Path:
+    """Where to put a results file that could not be written at ``path``.
+
+    ``hwbench-rescued-STEM-PID.json`` in the current folder when it is writable (and not
+    the folder that failed), else in the system's temporary folder; UserError when
+    neither can be written.
+    """
+    path = Path(path)
+    name = f"hwbench-rescued-{path.stem}-{os.getpid()}.json"
+    for folder in (Path("."), Path(tempfile.gettempdir())):
+        try:
+            if os.path.samefile(folder, path.parent):
+                continue
+        except OSError:  # the folder that failed does not exist (or cannot be looked at): not the same
+            pass
+        try:
+            _probe_write(folder)
+        except OSError:
+            continue
+        return folder.absolute() / name
+    raise UserError(
+        f"cannot rescue the results of {path}: neither the current folder nor {tempfile.gettempdir()} is writable"
+    )
