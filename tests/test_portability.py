@@ -123,3 +123,32 @@ def test_cli_on_frozen_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         native["timing"]["median_s"] / portable["timing"]["median_s"]
     )
     assert llvm["app_efficiency"]["AMD EPYC (2 cores)"] == pytest.approx(1 - portable["metrics"]["porting_overhead"])
+
+
+def test_csv_never_overwrites(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "r.json"
+    results.write_text((DATA / "cpu-base.json").read_text())
+    before = results.read_text()
+
+    def must_not_load(path: object) -> None:
+        raise AssertionError("loaded the files although the CSV could not be written")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("hwbench.cli.pp.load_checked", must_not_load)
+        assert main(["pp", str(results), "--csv", str(results)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "r.json already exists" in err and "--csv" in err, err
+    assert results.read_text() == before
+    out = tmp_path / "p3.csv"
+
+    def csv_while_another_writes(files: list) -> str:
+        out.write_text("someone else's")
+        return p3_csv(files)
+
+    monkeypatch.setattr("hwbench.cli.pp.p3_csv", csv_while_another_writes)
+    assert main(["pp", str(results), "--csv", str(out)]) == 2
+    assert "p3.csv already exists" in capsys.readouterr().err
+    assert out.read_text() == "someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p3.csv", "r.json"]

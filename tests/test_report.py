@@ -160,3 +160,34 @@ def test_cli_writes_report_and_rejects_bad_input(tmp_path: Path) -> None:
     for args in ([str(bad)], [str(tmp_path / "missing.json")], [str(DATA / "minimal.json"), "-o", str(tmp_path)]):
         done = subprocess.run(hwbench_cmd("report", *args), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_report_never_overwrites(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwbench.cli.main import main
+
+    source = tmp_path / "r.json"
+    source.write_text((DATA / "minimal.json").read_text())
+    before = source.read_text()
+
+    def must_not_build(*args, **kwargs):
+        raise AssertionError("built the page although it could not be written")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("hwbench.cli.report.build", must_not_build)
+        for target in (source, tmp_path / "old.html"):
+            target.write_text(target.read_text() if target.exists() else "an older report")
+            assert main(["report", str(source), "-o", str(target)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"{target.name} already exists" in err and "-o" in err, err
+    assert source.read_text() == before and (tmp_path / "old.html").read_text() == "an older report"
+    out = tmp_path / "report.html"
+
+    def build_while_another_writes(*args, **kwargs):
+        out.write_text("someone else's")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr("hwbench.cli.report.build", build_while_another_writes)
+    assert main(["report", str(source), "-o", str(out)]) == 2
+    assert "report.html already exists" in capsys.readouterr().err
+    assert out.read_text() == "someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.html", "r.json", "report.html"]

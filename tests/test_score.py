@@ -49,10 +49,13 @@ def platforms(tmp_path: Path) -> list[str]:
     write(tmp_path / "a.json", document(_gpu_records(), [GPU]))
     write(tmp_path / "b.json", document(_cpu_records(), [CPU]))
     (tmp_path / "a.toml").write_text(
-        'name = "A"\nusd_per_hour = 3.0\nmttr_minutes = 30\nmttr_source = "SLA 4.2"\n'
-        'sla_availability = 99.9\nresults = ["a.json"]\n'
+        'name = "A"\nusd_per_hour = 3.0\nprice_source = "quote A"\nprice_as_of = "2026-01"\n'
+        'mttr_minutes = 30\nmttr_source = "SLA 4.2"\nsla_availability = 99.9\nresults = ["a.json"]\n'
     )
-    (tmp_path / "b.toml").write_text('usd_per_hour = 0.2\nmttr_minutes = 60\nmttr_source = "vendor answer"\n')
+    (tmp_path / "b.toml").write_text(
+        'usd_per_hour = 0.2\nprice_source = "quote B"\nprice_as_of = "2026-01"\n'
+        'mttr_minutes = 60\nmttr_source = "vendor answer"\n'
+    )
     return [str(tmp_path / "a.toml"), f"B={tmp_path / 'b.json'},{tmp_path / 'b.toml'}"]
 
 
@@ -155,7 +158,7 @@ def test_weights_file_keeps_shipped_mappings_and_can_replace_them(platforms: lis
 def test_compute_density_needs_16_bit_on_an_accelerator(tmp_path: Path) -> None:
     on_gpu = {"backend": "cuda", "device": "Test GPU"}
     write(tmp_path / "g.json", document([record("gemm", "cublas", "fp32", MATMUL, tflops=50.0, **on_gpu)], [GPU]))
-    (tmp_path / "g.toml").write_text("usd_per_hour = 2.0\n")
+    (tmp_path / "g.toml").write_text('usd_per_hour = 2.0\nprice_source = "quote G"\nprice_as_of = "2026-01"\n')
     entry = _score([f"{tmp_path / 'g.json'},{tmp_path / 'g.toml'}"])["platforms"][0]["dimensions"]["compute_density"]
     assert entry["missing"] and "bf16/fp16" in entry["reason"] and "fp32" in entry["reason"]
 
@@ -426,3 +429,37 @@ def test_run_prices_with_a_user_catalog(tmp_path: Path, capsys: pytest.CaptureFi
     assert doc["run"]["catalog"] == str(catalog)
     assert rec["metrics"]["usd_per_hour"] == 0.25 and "cat.toml" in rec["metrics"]["price_source"]
     assert rec["metrics"]["tflops_per_usd_hour"] == pytest.approx(rec["metrics"]["tflops"] / 0.25)
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the work ran although its output could not be written")
+
+
+def test_out_never_overwrites_the_input_or_any_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "r.json"
+    results.write_text((DATA / "cpu-base.json").read_text())
+    before = results.read_text()
+    monkeypatch.setattr("hwbench.cli.score.score_platforms", _must_not_run)
+    _one_line_error(["score", str(results), "--out", str(results)], capsys, "r.json already exists")
+    assert results.read_text() == before  # still the results file, not a score document
+    _one_line_error(["score", str(results), "--out", str(tmp_path)], capsys, "is a folder")
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    _one_line_error(["score", str(results), "--out", str(blocker / "s.json")], capsys, "is a file, not a folder")
+
+
+def test_out_appearing_during_the_work_is_not_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "score.json"
+
+    def score_while_another_writes(*args: object, **kwargs: object) -> dict:
+        out.write_text("someone else's")
+        return score_platforms(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("hwbench.cli.score.score_platforms", score_while_another_writes)
+    _one_line_error(["score", str(DATA / "cpu-base.json"), "--out", str(out)], capsys, "score.json already exists")
+    assert out.read_text() == "someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["score.json"]  # no temporary file left
