@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
+from hwbench.core.records import SCHEMA_VERSION
+
 
 def hwbench(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(hwbench_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
@@ -50,7 +52,7 @@ def test_run_writes_a_valid_file_and_prints_the_table(small_run) -> None:
     result, out = small_run
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1 and doc["run"]["incomplete"] is False
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["run"]["incomplete"] is False
     impls = sorted((r["kernel"], r["impl"], r["dtype"]) for r in doc["records"])
     assert ("gemm", "llvm", "fp32") in impls and ("gemm", "numpy", "fp64") in impls
     assert ("attention", "llvm", "fp64") in impls
@@ -157,7 +159,8 @@ def test_a_device_that_does_not_exist_is_a_skipped_record(tmp_path: Path) -> Non
         "--out",
         str(out),
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the named device ran nothing
+    assert "no case ran: every case was skipped" in result.stderr
     doc = json.loads(out.read_text())
     assert [r["status"] for r in doc["records"]] == ["skipped"]
     assert "cpu has no device 7 (its devices: cpu:0)" in doc["records"][0]["reason"]

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -122,7 +123,12 @@ def _marked_processes(marker: str) -> list[int]:
     return found
 
 
-def test_ctrl_c_saves_finished_cases_and_leaves_no_process(faulty_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["INT", "TERM", "HUP"]
+)
+def test_a_stop_signal_saves_finished_cases_and_leaves_no_process(
+    faulty_env: dict[str, str], tmp_path: Path, stop: signal.Signals, status: int
+) -> None:
     out = tmp_path / "interrupted.json"
     marker = f"HWBENCH_TEST_MARKER={uuid.uuid4().hex}"
     env = dict(faulty_env, HWBENCH_TEST_MARKER=marker.split("=", 1)[1])
@@ -158,9 +164,9 @@ def test_ctrl_c_saves_finished_cases_and_leaves_no_process(faulty_env: dict[str,
         if "[1/2]" in line or not line:
             break
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     stdout, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == status
     doc = json.loads(out.read_text())
     assert doc["run"]["incomplete"] is True
     assert [r["impl"] for r in doc["records"]] == ["good"]
@@ -168,6 +174,41 @@ def test_ctrl_c_saves_finished_cases_and_leaves_no_process(faulty_env: dict[str,
     assert "INCOMPLETE" in stdout
     time.sleep(0.2)
     assert _marked_processes(marker) == []
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaped yet is not running)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+PARENT = """
+import sys
+from hwbench.run.worker import Worker
+worker = Worker()
+worker.request({"op": "host"}, 120)
+print(worker._proc.pid, flush=True)
+case = {"kernel": "gemm", "impl": "hang", "backend": "faulty", "device_index": 0, "dtype": "fp32",
+        "shape": {"M": 8, "N": 8, "K": 8}, "timing": {"budget_s": 0.01, "warmup_s": 0.0}}
+worker.request({"op": "case", "case": case}, None)
+"""
+
+
+def test_the_worker_dies_with_its_parent_even_when_hung(faulty_env: dict[str, str]) -> None:
+    """SIGKILL of the parent (no clean-up runs) still ends the worker, in the middle of a hung kernel."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=faulty_env, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    time.sleep(1.0)  # the hang has started
+    assert _alive(worker)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker)
 
 
 def test_worker_ignores_driver_output_on_stdout(faulty_env: dict[str, str]) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
 from hwbench import __version__
 from hwbench.core.errors import UserError
+from hwbench.run.signals import Stopped, exit_status
 
 #: Exit status when cases failed (compile_error, runtime_error, parity_failed, timeout, crashed).
 EXIT_FAILED_CASES = 1
@@ -72,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"hwbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Stopped as stop:
+        print(f"hwbench: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return exit_status(stop.signum)
     except KeyboardInterrupt:
         print("hwbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -26,9 +26,12 @@ from hwbench.results import files as results
 from hwbench.results.derive import add_metrics
 from hwbench.results.tables import ProgressLine, summary
 from hwbench.run.runner import Plan, execute
+from hwbench.run.signals import StopSignals, exit_status
 from hwbench.run.timing import TimingConfig
 
 HELP = "run the benchmark matrix and write a results file"
+#: The shortest ``--timeout`` accepted: a case compiles, checks and times its kernel within it.
+MIN_TIMEOUT_S = 1.0
 SHAPE_HELP = """\
 --shape KERNEL:NAME=INT,NAME=INT,...  (repeatable; replaces the profile's shapes for that kernel)
   gemm:M=1000,N=1000,K=1000                     C(M,N) = A(M,K) @ B(K,N)
@@ -98,6 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _user_shapes(args: argparse.Namespace) -> dict[str, list[dict[str, int]]]:
+    """The ``--shape`` options by kernel, completed; a repeated identical one runs once (with a note)."""
     known = list(kernel_targets())
     shapes: dict[str, list[dict[str, int]]] = {}
     for text in args.shape:
@@ -106,6 +110,9 @@ def _user_shapes(args: argparse.Namespace) -> dict[str, list[dict[str, int]]]:
             raise UserError(f"unknown kernel '{name}' in --shape '{text}'; known kernels: {', '.join(known)}")
         kernel = get_kernel(name)
         shape = kernel.complete(dims)
+        if shape in shapes.get(name, []):
+            print(f"hwbench: note: --shape '{text}' repeats a shape given before; it runs once", file=sys.stderr)
+            continue
         shapes.setdefault(name, []).append(shape)
     return shapes
 
@@ -155,11 +162,32 @@ def _price(args: argparse.Namespace) -> dict[str, Any] | None:
     )
 
 
+def _timing(args: argparse.Namespace) -> TimingConfig:
+    timing = TimingConfig.for_profile(args.profile, flush=not args.no_flush)
+    if args.budget is None:
+        return timing
+    return TimingConfig(
+        warmup_s=args.budget / 5, budget_s=positive_seconds(args.budget, "--budget"), flush=timing.flush
+    )
+
+
+def _timeout(value: float) -> float:
+    seconds = positive_seconds(value, "--timeout")
+    if seconds < MIN_TIMEOUT_S:
+        raise UserError(
+            f"--timeout must be at least {MIN_TIMEOUT_S:g} s (each case compiles, checks and times its kernel "
+            f"within it), got {value:g}"
+        )
+    return seconds
+
+
 def main(args: argparse.Namespace) -> int:
-    """Run the plan the options describe, write the file, print the table; 1 when a case failed, 130 on Ctrl-C."""
-    joined = follow_if_joined(args)
-    if joined is not None:
-        return joined
+    """Run the plan the options describe, write the file, print the table.
+
+    Exit status: 0 when every case is ok or skipped and one ran; 1 when a case failed or none
+    ran; 128 + the signal's number when stopped (Ctrl-C 130, SIGHUP 129, SIGTERM 143), the
+    finished cases written. Every option and the output path are checked before anything runs.
+    """
     backends = parse_names(args.backend, list(backend_targets()), "backend")
     shapes = _user_shapes(args)
     kernels = parse_names(args.kernel or ",".join(shapes) or None, list(kernel_targets()), "kernel")
@@ -170,46 +198,65 @@ def main(args: argparse.Namespace) -> int:
     if dtypes and not any(d in get_kernel(k).dtypes for k in kernels for d in dtypes):
         raise UserError(f"none of the selected kernels has dtype {', '.join(dtypes)}")
     _check_memory(shapes, dtypes)
-    timing = TimingConfig.for_profile(args.profile, flush=not args.no_flush)
-    if args.budget is not None:
-        timing = TimingConfig(
-            warmup_s=args.budget / 5, budget_s=positive_seconds(args.budget, "--budget"), flush=timing.flush
-        )
-    out = fresh_out(args.out)
     plan = Plan(
         backends=backends,
         kernels=kernels,
         profile=args.profile,
         dtypes=dtypes,
-        impls=[i.strip() for i in args.impl.split(",")] if args.impl else None,
+        impls=list(dict.fromkeys(i.strip() for i in args.impl.split(",") if i.strip())) if args.impl else None,
         devices=_devices(args.device, backends),
         seed=args.seed,
-        timeout_s=positive_seconds(args.timeout, "--timeout"),
-        timing=timing,
+        timeout_s=_timeout(args.timeout),
+        timing=_timing(args),
         price=_price(args),
         command=["hwbench", *sys.argv[1:]],
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
-    kernel_dtypes = {k: get_kernel(k).dtypes for k in kernels}
     catalog = Catalog.load(args.catalog)
-    doc = execute(
-        plan,
-        kernel_dtypes,
-        all_shapes,
-        progress=None if args.quiet else ProgressLine(),
-        collective=run_collective,
-        finish=lambda doc: add_metrics(doc, catalog),
-    )
-    if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
-        doc["run"]["catalog"] = str(args.catalog)
-    saved = results.save(doc, results.free_path(out))
+    out = fresh_out(args.out)
+    results.check_writable(out)
+    joined = follow_if_joined(args)  # after every check, so that no rank waits for one that gave up
+    if joined is not None:
+        return joined
+    with StopSignals() as stops:
+        doc = execute(
+            plan,
+            {k: get_kernel(k).dtypes for k in kernels},
+            all_shapes,
+            progress=None if args.quiet else ProgressLine(),
+            collective=run_collective,
+            finish=lambda doc: add_metrics(doc, catalog),
+            stops=stops,
+        )
+        if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
+            doc["run"]["catalog"] = str(args.catalog)
+        saved = _save(doc, out)
+        return _report(doc, out, saved, stops)
+
+
+def _save(doc: dict[str, Any], out: Path) -> Path:
+    """Save ``doc`` at ``out`` (or the next free name); where that fails, at a fallback path, said on stderr."""
+    try:
+        return results.save(doc, out, next_free=True)
+    except UserError as exc:
+        rescue = results.fallback_path(out)
+        print(f"hwbench: error: {exc}; the results go to {rescue} instead", file=sys.stderr)
+        return results.save(doc, rescue, next_free=True)
+
+
+def _report(doc: dict[str, Any], out: Path, saved: Path, stops: StopSignals) -> int:
+    """Print the table and the file's name; the exit status of the run."""
     print(summary(doc))
-    print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if saved != out else ""))
-    if doc["run"]["incomplete"]:
+    late = saved != out and saved.parent == out.parent  # the name was taken while the cases ran
+    print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if late else ""))
+    if doc["run"]["incomplete"] or stops.first is not None:
         print("interrupted: the file holds the cases finished so far", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status(stops.first) if stops.first else EXIT_INTERRUPTED
     bad = [r for r in doc["records"] if r["status"] not in ("ok", "skipped")]
     if bad:
         print(f"hwbench: {len(bad)} case(s) failed (see the reasons above)", file=sys.stderr)
+        return EXIT_FAILED_CASES
+    if not any(r["status"] == "ok" for r in doc["records"]):
+        print("hwbench: no case ran: every case was skipped (the reasons are above)", file=sys.stderr)
         return EXIT_FAILED_CASES
     return 0

@@ -14,11 +14,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
 from hwbench.core.records import new_document, now
 from hwbench.run.case import CaseRequest, base_record, failed
+from hwbench.run.signals import StopSignals
 from hwbench.run.timing import TimingConfig
 from hwbench.run.worker import Worker, WorkerDied
+
+#: Seconds allowed for describing the host and each backend, at least (a backend's first
+#: import, e.g. torch or an OpenCL driver, may take long; a case's --timeout may be shorter).
+PROBE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -99,13 +105,18 @@ def plan_cases(
                     failed(base_record(stub, None, None), "skipped", f"backend {name} unavailable: {backend['reason']}")
                 )
                 continue
-            impls = [
-                i for i in backend["implementations"].get(kernel, []) if plan.impls is None or i["name"] in plan.impls
-            ]
+            offered = backend["implementations"].get(kernel, [])
+            impls = [i for i in offered if plan.impls is None or i["name"] in plan.impls]
             if not impls:
                 stub = CaseRequest(kernel, "*", name, -1, "", {})
-                what = "the selected implementations" if plan.impls else "implementation"
-                skipped.append(failed(base_record(stub, None, None), "skipped", f"{name} has no {what} of {kernel}"))
+                has = ", ".join(i["name"] for i in offered) or "none"
+                selected = ", ".join(plan.impls or [])
+                why = (
+                    f"{name} has none of the selected implementations ({selected}) of {kernel}; it has: {has}"
+                    if plan.impls
+                    else f"{name} has no implementation of {kernel}"
+                )
+                skipped.append(failed(base_record(stub, None, None), "skipped", why))
                 continue
             indices = [d["index"] for d in backend["devices"]]
             if plan.devices and name in plan.devices:
@@ -127,6 +138,26 @@ def plan_cases(
                                 CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
                             )
     return cases, skipped
+
+
+def check_impl_names(plan: Plan, backends: list[dict[str, Any]]) -> None:
+    """UserError when ``plan.impls`` names an implementation that no selected kernel declares and
+    no described backend offers (a known one that cannot run here is a skipped case instead)."""
+    if not plan.impls:
+        return
+    known: dict[str, None] = {}
+    for kernel in plan.kernels:
+        spec = get_kernel(kernel)
+        known.update(dict.fromkeys(s.impl for s in spec.sources))
+        known.update(dict.fromkeys(n.impl for natives in spec.natives.values() for n in natives))
+        for backend in backends:
+            known.update(dict.fromkeys(i["name"] for i in backend["implementations"].get(kernel, [])))
+    unknown = [name for name in plan.impls if name not in known]
+    if unknown:
+        raise UserError(
+            f"unknown implementation '{unknown[0]}' of {', '.join(plan.kernels)}; known implementations: "
+            + ", ".join(known)
+        )
 
 
 def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
@@ -184,11 +215,14 @@ def execute(
     worker: Worker | None = None,
     collective: CollectiveRunner | None = None,
     finish: Callable[[dict[str, Any]], None] | None = None,
+    stops: StopSignals | None = None,
 ) -> dict[str, Any]:
     """Run ``plan`` and return the results document (complete or marked incomplete).
 
     Cases of kernels that span ranks go to ``collective`` (``hwbench.collective.run``);
-    ``finish`` completes the document before it is stamped finished (derived metrics).
+    ``finish`` completes the document before it is stamped finished (derived metrics). From
+    the end of the cases on, ``stops`` only notes stop signals: what finished is kept. An
+    implementation name nobody knows is a UserError once the backends are described.
     """
     started = now()
     own_worker = worker is None
@@ -209,15 +243,16 @@ def execute(
     interrupted = False
     try:
         try:
-            host = worker.request({"op": "host"}, plan.timeout_s)
+            host = worker.request({"op": "host"}, max(plan.timeout_s, PROBE_TIMEOUT_S))
             doc.update({k: host[k] for k in ("host", "software", "settings")})
             doc["warnings"] = list(host.get("warnings", []))
         except WorkerDied as died:
             doc["warnings"].append(f"host description failed: {died.reason}")
-        backends = describe_all(worker, plan.backends, plan.timeout_s)
+        backends = describe_all(worker, plan.backends, max(plan.timeout_s, PROBE_TIMEOUT_S))
         doc["backends"] = [
             {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
         ]
+        check_impl_names(plan, backends)
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
         spanning = [c for c in cases if get_kernel(c.kernel).spans_ranks]  # several processes: their own path
         cases = [c for c in cases if not get_kernel(c.kernel).spans_ranks]
@@ -243,6 +278,8 @@ def execute(
     finally:
         if own_worker:
             worker.kill()
+    if stops is not None:
+        stops.hold()
     doc["records"] = records + skipped
     if finish is not None:
         finish(doc)

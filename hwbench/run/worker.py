@@ -9,6 +9,7 @@ fresh child for the next one.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -25,6 +27,8 @@ from hwbench.run.describe import describe_backend, describe_host
 
 #: Exit code a child uses for "asked to stop".
 _CLEAN_EXIT = 0
+#: prctl option: the signal a process gets when its parent ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 
 class WorkerDied(Exception):
@@ -58,7 +62,7 @@ class Worker:
         self._stderr = tempfile.TemporaryFile()
         env = dict(os.environ if self._env is None else self._env, PYTHONUNBUFFERED="1")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "hwbench.run.worker", str(write_fd)],
+            [sys.executable, "-m", "hwbench.run.worker", str(write_fd), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=self._stderr,
             stderr=self._stderr,
@@ -181,9 +185,33 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
     return {"error": f"unknown request {op!r}"}
 
 
+def die_with_parent(parent: int) -> None:
+    """Be killed when the process ``parent`` ends, however it ends (SIGKILL included), even in
+    the middle of a hung kernel: Linux's parent-death signal, else a watching thread."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        armed = False
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="hwbench-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
-    """Child entry point: read requests on stdin, answer on the fd named in argv."""
+    """Child entry point: read requests on stdin, answer on the fd named in argv; the second
+    argument is the parent's pid, whose end kills this process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C
+    if len(argv) > 1:
+        die_with_parent(int(argv[1]))
     answers = os.fdopen(int(argv[0]), "wb", buffering=0)
     runner = CaseRunner()
     for line in sys.stdin.buffer:
