@@ -7,7 +7,9 @@ the tests then read its results file. The parsers are checked on frozen compiler
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,16 +27,19 @@ TARGETS = ("sm_90", "gfx942")
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("compile") / "compile.json"
+    temp = tmp_path_factory.mktemp("compile-tmp")  # the run's TMPDIR: it must be empty afterwards
     proc = subprocess.run(
         hwbench_cmd("compile", "--target", ",".join(TARGETS), "--out", str(out), "--quiet"),
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "TMPDIR": str(temp)},  # conftest set TRITON_CACHE_DIR: the user's own is kept
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     doc["_stdout"] = proc.stdout
     doc["_rc"] = proc.returncode
+    doc["_left_in_tmp"] = sorted(p.name for p in temp.iterdir())
     return doc
 
 
@@ -169,3 +174,46 @@ def test_compile_runs_in_children_and_records_crashes() -> None:
     records = run_jobs([{"arch": "sm_90", "kernel": "nonexistent", "impl": "llvm", "variant": "fp32"}], 1)
     assert len(records) == 1 and records[0]["status"] == "crashed"
     assert "nonexistent" in records[0]["reason"]
+
+
+def test_a_compile_run_leaves_nothing_in_the_temporary_folder(compiled: dict) -> None:
+    assert compiled["_left_in_tmp"] == []
+
+
+@pytest.mark.parametrize("user_cache", [False, True])
+def test_compile_jobs_leave_no_triton_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_cache: bool
+) -> None:
+    from hwbench.compile.jobs import run_jobs
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the children's temporary folder
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # and this process's
+    mine = tmp_path / "my-triton-cache"
+    if user_cache:
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(mine))
+    else:
+        monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    jobs = [{"arch": "sm_90", "kernel": "nonexistent", "impl": "llvm", "variant": d} for d in ("fp32", "fp16")]
+    records = run_jobs(jobs, 2)
+    assert [r["status"] for r in records] == ["crashed", "crashed"]
+    assert list(temp.iterdir()) == []
+    assert not mine.exists()  # a user's cache folder is named to Triton, never made by hwbench
+
+
+def test_compile_children_use_the_runs_triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwbench.compile.jobs import child_env, triton_cache
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "0")  # child_env sets these: restored after the test
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with triton_cache() as folder:
+        assert Path(folder).is_dir() and Path(folder).parent == tmp_path
+        child_env(folder)
+        assert os.environ["TRITON_CACHE_DIR"] == folder and os.environ["TRITON_ALWAYS_COMPILE"] == "1"
+    assert not Path(folder).exists()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    with triton_cache() as folder:
+        assert folder == str(tmp_path / "mine")

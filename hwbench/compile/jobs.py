@@ -2,6 +2,8 @@
 
 One job is one (target, kernel, implementation, variant); each runs in a child process, so
 a compiler that crashes or aborts becomes a ``crashed`` record and the other jobs go on.
+Triton compiles into the user's ``TRITON_CACHE_DIR`` where one is set, else into one temporary
+folder for the whole run, removed when the run ends.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
@@ -83,15 +86,26 @@ def plan_jobs(targets: list[str], kernels: list[str], impls: list[str]) -> list[
     return jobs
 
 
-def _child_env() -> None:
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="hwbench-triton-cache-"))
+@contextmanager
+def triton_cache() -> Iterator[str]:
+    """The Triton cache folder of one compile run: the user's ``TRITON_CACHE_DIR``, else a
+    temporary folder that is removed (with what Triton wrote there) when the run ends."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        yield os.environ["TRITON_CACHE_DIR"]
+        return
+    with tempfile.TemporaryDirectory(prefix="hwbench-triton-cache-") as folder:
+        yield folder
+
+
+def child_env(cache: str) -> None:
+    """Set up a compile child process: Triton's cache in ``cache``, every variant compiled anew."""
+    os.environ["TRITON_CACHE_DIR"] = cache
     os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # a cache hit would hide the compile time
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 
 def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """Compile one job in this (child) process; returns its records."""
-    _child_env()
+    """Compile one job in this (child) process, set up by :func:`child_env`; returns its records."""
     if job["impl"] == "triton":
         return compile_stats.triton_records(job["arch"], job["kernel"])
     return [compile_stats.llvm_record(job["arch"], job["kernel"], job["variant"])]
@@ -105,11 +119,17 @@ def _crashed(job: dict[str, Any], reason: str) -> dict[str, Any]:
 
 def run_jobs(jobs: list[dict[str, Any]], workers: int, progress: bool = False) -> list[dict[str, Any]]:
     """Run jobs in child processes; a job whose child dies is a ``crashed`` record, the rest go on."""
+    with triton_cache() as cache:
+        return _run_pools(jobs, workers, progress, cache)
+
+
+def _run_pools(jobs: list[dict[str, Any]], workers: int, progress: bool, cache: str) -> list[dict[str, Any]]:
     done: dict[int, list[dict[str, Any]]] = {}
     pending = list(range(len(jobs)))
     while pending:
         broken: list[int] = []
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        spawn = get_context("spawn")
+        with ProcessPoolExecutor(workers, spawn, initializer=child_env, initargs=(cache,)) as pool:
             futures = {pool.submit(run_job, jobs[i]): i for i in pending}
             for future in as_completed(futures):
                 i = futures[future]
