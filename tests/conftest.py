@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-_CACHE = Path(tempfile.mkdtemp(prefix="hwbench-test-cache-"))
+# One folder for the whole test session, pytest runs that tests start included (they inherit
+# it), removed when the session that made it ends.
+if "HWBENCH_TEST_CACHE" in os.environ:
+    _CACHE = Path(os.environ["HWBENCH_TEST_CACHE"])
+else:
+    _CACHE = Path(tempfile.mkdtemp(prefix="hwbench-test-cache-"))
+    os.environ["HWBENCH_TEST_CACHE"] = str(_CACHE)
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 for _var in ("TRITON_CACHE_DIR", "POCL_CACHE_DIR", "PYOPENCL_CACHE_DIR", "CUPY_CACHE_DIR", "XDG_CACHE_HOME"):
     os.environ.setdefault(_var, str(_CACHE / _var.lower()))
 
