@@ -5,7 +5,10 @@ for the device's kind and vector lanes) and llvmlite (the same sources as the CP
 to SPIR-V for devices whose ``CL_DEVICE_IL_VERSION`` takes it). Every call is timed with
 OpenCL profiling events (:mod:`.opencl_device`). Intel's OpenCL CPU runtime, where pip installed
 it, is added to the ICD loader's drivers before the first platform query (:mod:`.opencl_icd`), so
-every x86 machine has a device that takes SPIR-V beside PoCL.
+every x86 machine has a device that takes SPIR-V beside PoCL. PoCL's kernel cache and pyopencl's
+caches go to a writable folder before that query too (a PoCL that cannot write its cache lists
+no device): where the user's is not writable, hwbench's choice is the probe's note and is in the
+backend's environment (``caches``).
 
 Natives on ``opencl`` are called as ``fn(queue, buffers, out, shape, dtype)`` with the
 profiling queue, the inputs as device buffers and an output buffer, and return
@@ -26,6 +29,7 @@ from hwbench.backends import opencl_device as launcher
 from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildError
 from hwbench.backends.opencl_icd import ensure_icd_vendors, intel_note
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
+from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape, get_kernel
 from hwbench.core.loading import load_callable
@@ -40,7 +44,13 @@ def lanes(device: DeviceInfo, dtype: str) -> int:
     return max(1, min(16, 1 << (int(width).bit_length() - 1)))
 
 
+#: The caches an OpenCL process writes, in the order they are chosen: the cache home first, where
+#: PoCL's kernel cache, pyopencl's compiler cache and its invoker cache (pytools) go by default.
+CACHES = ("xdg", "pocl")
+
+
 def _cl_devices() -> list[tuple[Any, Any]]:
+    ensure_caches(CACHES)  # before the first platform query: PoCL's device needs a writable cache
     ensure_icd_vendors()  # before pyopencl's first platform query: the ICD loader reads its drivers once
     import pyopencl as cl
 
@@ -88,9 +98,10 @@ class OpenCLBackend(Backend):
                 f"no OpenCL platform: {' '.join(str(exc).split())} "
                 "(Debian/Ubuntu: apt-get install pocl-opencl-icd ocl-icd-libopencl1)",
             )
+        notes = cache_notes(ensure_caches(CACHES))
         if not platforms:
-            return Availability(False, "OpenCL platforms found, but no devices")
-        return Availability(True, intel_note(p.name for p, _ in platforms))
+            return Availability(False, "; ".join(["OpenCL platforms found, but no devices", *notes]))
+        return Availability(True, "; ".join(n for n in [*notes, intel_note(p.name for p, _ in platforms)] if n))
 
     def devices(self) -> list[DeviceInfo]:
         if self._devices is None:
@@ -253,6 +264,9 @@ class OpenCLBackend(Backend):
 
     def environment(self) -> dict[str, Any]:
         env: dict[str, Any] = {"pyopencl": package_version("pyopencl"), "pyclblast": package_version("pyclblast")}
+        moved = [c for c in ensure_caches(CACHES) if c.note]
+        if moved:  # hwbench chose these folders: the user's were not writable
+            env["caches"] = {c.tool: c.as_json() for c in moved}
         try:
             env["platforms"] = sorted({f"{p.name} ({p.version})" for p, _ in _cl_devices()})
         except Exception:

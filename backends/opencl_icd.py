@@ -4,8 +4,7 @@ Debian's PoCL takes no SPIR-V; Intel's OpenCL CPU runtime (``pip install 'hwbenc
 x86_64 Linux) takes SPIR-V 1.0-1.4 on any x86 CPU. pip puts ``libintelocl.so`` in the
 environment's ``lib/``, where no ICD loader looks, and its wheel's own ``.icd`` file names a
 build-time path. :func:`ensure_icd_vendors` therefore writes a vendors folder in hwbench's cache
-(``$HWBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/hwbench``, else ``~/.cache/hwbench``; where that
-is not writable, ``<sys.prefix>/var/hwbench``) holding one ``.icd`` file per driver the loader
+folder (:func:`hwbench.core.caches.cache_root`) holding one ``.icd`` file per driver the loader
 would have read (``$OCL_ICD_VENDORS``, else ``$OPENCL_VENDOR_PATH``, else ``/etc/OpenCL/vendors``)
 plus ``intel-cpu.icd`` naming the library, and points ``OCL_ICD_VENDORS`` at it. The loader reads
 that variable once, at the process's first platform query, so this must run before it.
@@ -27,6 +26,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from hwbench.core.caches import cache_root, cache_roots
 
 LIBRARY = "libintelocl.so"
 INTEL_ICD = "intel-cpu.icd"
@@ -96,17 +97,6 @@ def icd_entries(source: str) -> dict[str, str]:
     return entries
 
 
-def cache_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
-    """hwbench's cache folder, then the environment's own folder as the fallback."""
-    if environ.get("HWBENCH_CACHE_DIR"):
-        first = Path(environ["HWBENCH_CACHE_DIR"])
-    elif environ.get("XDG_CACHE_HOME"):
-        first = Path(environ["XDG_CACHE_HOME"]) / "hwbench"
-    else:
-        first = Path.home() / ".cache" / "hwbench"
-    return [first, Path(sys.prefix) / "var" / "hwbench"]
-
-
 def _write(path: Path, text: str) -> None:
     """``text`` into ``path`` atomically (a hidden temporary file in the same folder, then a rename)."""
     if path.is_file() and path.read_text() == text:
@@ -167,9 +157,10 @@ def plan_vendors(environ: Mapping[str, str] = os.environ, loaded: Collection[str
         return IcdSetup("late", "the ICD loader already ran in this process; OCL_ICD_VENDORS left as it is", library)
     entries.pop(INTEL_ICD, None)
     entries[INTEL_ICD] = str(library)
-    folder = write_vendors(entries, cache_dirs(environ))
+    root = cache_root(environ)
+    folder = None if root is None else write_vendors(entries, [root])
     if folder is None:
-        where = ", ".join(str(d) for d in cache_dirs(environ))
+        where = ", ".join(str(d) for d in cache_roots(environ))
         return IcdSetup("unwritable", f"no writable folder for the ICD vendors ({where})", library)
     return IcdSetup("applied", f"OCL_ICD_VENDORS={folder} ({source} and {library})", library, folder, entries)
 

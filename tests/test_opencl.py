@@ -338,3 +338,71 @@ def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> N
     monkeypatch.setattr(spirv, "spirv_problem", lambda binary: "Id 23 is defined more than once")
     with pytest.raises(RuntimeError, match="invalid module for gemm fp32: Id 23"):
         spirv.build_spirv("gemm", "fp32", limits, cfg)
+
+
+def _read_only_home(tmp_path, how: str) -> dict[str, str]:
+    """A child's environment whose HOME cannot be written (even by root) and no cache variable set."""
+    if how == "proc":
+        home = "/proc/self"
+    else:
+        (tmp_path / "a-file").write_text("")
+        home = str(tmp_path / "a-file" / "home")
+    drop = ("XDG_CACHE_HOME", "POCL_CACHE_DIR", "PYOPENCL_CACHE_DIR", "OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, "HOME": home, "HWBENCH_CACHE_DIR": str(tmp_path / "cache")}
+
+
+@needs_opencl
+@pytest.mark.parametrize("how", ["proc", "beneath-a-file"])
+def test_a_read_only_home_keeps_the_pocl_device(tmp_path, how: str) -> None:
+    env = _read_only_home(tmp_path, how)
+    done = subprocess.run(
+        hwbench_cmd("list", "--backend", "opencl", "--json"), env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    (listed,) = json.loads(done.stdout)["backends"]
+    assert listed["available"], listed["reason"]
+    platforms = {d["extra"]["platform"] for d in listed["devices"]}
+    if os.path.isfile("/etc/OpenCL/vendors/pocl.icd"):
+        assert "Portable Computing Language" in platforms, platforms
+    chosen = tmp_path / "cache" / "xdg"
+    assert listed["environment"]["caches"]["xdg"]["folder"] == str(chosen)
+    assert f"XDG_CACHE_HOME={chosen}" in listed["reason"] and "is not writable" in listed["reason"]
+    text = subprocess.run(hwbench_cmd("list", "--backend", "opencl"), env=env, capture_output=True, text=True)
+    assert f"note: the cache folder of PoCL and pyopencl: {env['HOME']}/.cache" in text.stdout, text.stdout
+
+
+@needs_opencl
+def test_a_read_only_home_runs_opencl_c_on_every_device(tmp_path) -> None:
+    """Every device builds and runs (Intel's builds go through pyopencl's caches, PoCL's through its own)."""
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "opencl",
+            "--kernel",
+            "gemm",
+            "--impl",
+            "opencl",
+            "--shape",
+            "gemm:M=8,N=8,K=8",
+            "--dtype",
+            "fp32",
+            "--budget",
+            "0.01",
+            "--out",
+            str(out),
+            "--quiet",
+        ),
+        env=_read_only_home(tmp_path, "proc"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["records"] and all(r["status"] == "ok" for r in doc["records"]), [r["reason"] for r in doc["records"]]
+    (backend,) = doc["backends"]
+    assert len(doc["records"]) == len(backend["devices"])
+    assert backend["environment"]["caches"]["xdg"]["folder"] == str(tmp_path / "cache" / "xdg")

@@ -127,8 +127,14 @@ def test_an_unwritable_cache_falls_back(tmp_path: Path, fake_lib: Path, monkeypa
     assert _folder(setup)[INTEL_ICD] == f"{fake_lib}\n"
     assert write_vendors({"x.icd": "libx.so"}, [blocker / "a", blocker / "b"]) is None
     monkeypatch.setattr(sys, "prefix", str(blocker / "venv"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    in_temp = plan_vendors(_env(tmp_path, fake_lib, HWBENCH_CACHE_DIR=str(blocker / "cache")))
+    assert in_temp.folder is not None and in_temp.folder.is_relative_to(tmp_path / "tmp")  # this user's own
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
     nowhere = plan_vendors(_env(tmp_path, fake_lib, HWBENCH_CACHE_DIR=str(blocker / "cache")))
     assert nowhere.status == "unwritable" and nowhere.folder is None
+    assert str(blocker / "cache") in nowhere.reason and str(blocker / "venv") in nowhere.reason
 
 
 def test_opting_out_and_a_missing_library(tmp_path: Path, fake_lib: Path) -> None:
