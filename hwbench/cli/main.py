@@ -17,7 +17,8 @@ from hwbench import __version__
 from hwbench.core.errors import UserError
 from hwbench.run.signals import Stopped, exit_status
 
-#: Exit status when cases failed (compile_error, runtime_error, parity_failed, timeout, crashed).
+#: Exit status when cases failed (compile_error, runtime_error, parity_failed, implausible, timeout,
+#: crashed) or none ran.
 EXIT_FAILED_CASES = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

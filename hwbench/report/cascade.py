@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hwbench.core.records import STATUSES
 from hwbench.report.data import Device, Row, num, shape_text, sub
 from hwbench.results.metrics import performance_portability
 
-FAILED = ("compile_error", "runtime_error", "parity_failed", "timeout", "crashed")
+#: Statuses of a case that ran and failed (an implausible figure included): efficiency 0.
+FAILED = tuple(status for status in STATUSES if status not in ("ok", "skipped"))
 
 
 @dataclass(frozen=True)
