@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from hwbench.core.errors import UserError
@@ -20,9 +21,9 @@ def add_out(parser: argparse.ArgumentParser, default_name: str) -> None:
 
 
 def positive_seconds(value: float, flag: str) -> float:
-    """``value`` when it is a positive number of seconds; UserError naming ``flag`` otherwise."""
-    if not value > 0:
-        raise UserError(f"{flag} must be a positive number of seconds, got {value}")
+    """``value`` when it is a positive, finite number of seconds; UserError naming ``flag`` otherwise."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} must be a positive, finite number of seconds, got {value}")
     return value
 
 

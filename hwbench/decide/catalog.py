@@ -6,6 +6,7 @@ its ``as_of``.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import statistics
@@ -17,6 +18,7 @@ from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.loading import tomllib
+from hwbench.core.text import MAX_SETTINGS_BYTES, read_regular_text
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,11 @@ class Catalog:
         devices = tomllib.loads(data.joinpath("devices.toml").read_text())["devices"]
         prices = tomllib.loads(data.joinpath("prices.toml").read_text())["prices"]
         if user_file is not None:
+            text = read_regular_text(user_file, MAX_SETTINGS_BYTES, "catalog file")
             try:
-                extra = tomllib.loads(Path(user_file).read_text())
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise UserError(f"cannot read catalog file {user_file}: {exc}") from None
+                extra = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise UserError(f"catalog file {user_file} is not valid TOML: {exc}") from None
             check_user_catalog(extra, Path(user_file))
             devices = {**devices, **extra.get("devices", {})}
             mine = [_per_device({**row, "user_file": str(user_file)}) for row in extra.get("prices", [])]
@@ -159,35 +162,86 @@ def _per_device(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _kind(value: Any) -> str:
+    """What a TOML value is, in the words of the file's layout."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    return f"the {type(value).__name__} {str(value)!r}"
+
+
+def _sourced(entry: dict[str, Any]) -> bool:
+    """``source`` a non-empty string and ``as_of`` one too, or a TOML date (``as_of = 2026-11-01``)."""
+    source, as_of = entry.get("source", ""), entry.get("as_of", "")
+    return (
+        isinstance(source, str)
+        and bool(source.strip())
+        and (bool(as_of.strip()) if isinstance(as_of, str) else isinstance(as_of, dt.date))
+    )
+
+
+def _check_device(where: str, key: str, entry: Any) -> None:
+    what = f"{where}: devices.{key}"
+    if not isinstance(entry, dict):
+        raise UserError(f"{what} must be a table ([devices.{key}]), not {_kind(entry)}")
+    if not _sourced(entry):
+        raise UserError(f"{what} needs source and as_of (where and when its figures come from)")
+    match = entry.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m.strip() for m in match):
+        raise UserError(f'{what}.match must be an array of device names (e.g. ["H100 SXM"]), not {_kind(match)}')
+    peaks = entry.get("peak_tflops", {})
+    if not isinstance(peaks, dict):
+        raise UserError(f"{what}.peak_tflops must be a table (e.g. {{ fp32 = 67 }}), not {_kind(peaks)}")
+    bad = [d for d, v in peaks.items() if not _positive(v)]
+    if bad:
+        raise UserError(f"{what}.peak_tflops.{bad[0]} must be a positive number, not {_kind(peaks[bad[0]])}")
+    if "mem_tbps" in entry and not _positive(entry["mem_tbps"]):
+        raise UserError(f"{what}.mem_tbps must be a positive number, not {_kind(entry['mem_tbps'])}")
+
+
+def _check_price(where: str, number: int, row: Any) -> None:
+    what = f"{where}: price row {number}"
+    if not isinstance(row, dict):
+        raise UserError(f"{what} must be a table ([[prices]]), not {_kind(row)}")
+    for key in ("device", "instance", "provider", "pricing"):
+        if key in row and not isinstance(row[key], str):
+            raise UserError(f"{what}: {key} must be a string, not {_kind(row[key])}")
+    if not (row.get("device") or row.get("instance")):
+        raise UserError(f"{what} needs a device (catalog key) or an instance name")
+    if not _sourced(row):
+        raise UserError(f"{what} needs source and as_of (where and when the price comes from)")
+    prices = [k for k in ("usd_per_hour", "usd_per_gpu_hour") if k in row]
+    if not prices or not all(_positive(row[k]) for k in prices):
+        raise UserError(f"{what} needs usd_per_hour or usd_per_gpu_hour, a positive number")
+    if "gpus" in row and (not isinstance(row["gpus"], int) or isinstance(row["gpus"], bool) or row["gpus"] < 1):
+        raise UserError(f"{what}: gpus must be a whole number of at least 1")
+
+
 def check_user_catalog(data: dict[str, Any], path: Path) -> None:
-    """UserError (one line) unless every device and price of a user's catalog has source and as_of."""
+    """UserError (one line naming the file and the key) unless a user's catalog has the shipped
+    layout ([devices.KEY] tables, [[prices]] rows) and every device and price has source and as_of."""
     where = f"catalog file {path}"
     extra = sorted(set(data) - {"devices", "prices", "meta"})
     if extra:
         raise UserError(f"{where}: unknown table '{extra[0]}'; a catalog has [devices.KEY] and [[prices]]")
-    for key, entry in (data.get("devices") or {}).items():
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: devices.{key} must be a table")
-        if not str(entry.get("source", "")).strip() or not str(entry.get("as_of", "")).strip():
-            raise UserError(f"{where}: devices.{key} needs source and as_of (where and when its figures come from)")
-        bad = [d for d, v in (entry.get("peak_tflops") or {}).items() if not _positive(v)]
-        if bad:
-            raise UserError(f"{where}: devices.{key}.peak_tflops.{bad[0]} must be a positive number")
-    for number, row in enumerate(data.get("prices") or [], 1):
-        what = f"{where}: price row {number}"
-        if not isinstance(row, dict) or not (row.get("device") or row.get("instance")):
-            raise UserError(f"{what} needs a device (catalog key) or an instance name")
-        if not str(row.get("source", "")).strip() or not str(row.get("as_of", "")).strip():
-            raise UserError(f"{what} needs source and as_of (where and when the price comes from)")
-        prices = [k for k in ("usd_per_hour", "usd_per_gpu_hour") if k in row]
-        if not prices or not all(_positive(row[k]) for k in prices):
-            raise UserError(f"{what} needs usd_per_hour or usd_per_gpu_hour, a positive number")
-        if "gpus" in row and (not isinstance(row["gpus"], int) or isinstance(row["gpus"], bool) or row["gpus"] < 1):
-            raise UserError(f"{what}: gpus must be a whole number of at least 1")
+    for key in ("devices", "meta"):
+        if not isinstance(data.get(key, {}), dict):
+            raise UserError(f"{where}: {key} must be a table ([{key}...]), not {_kind(data[key])}")
+    if not isinstance(data.get("prices", []), list):
+        raise UserError(f"{where}: prices must be an array of tables ([[prices]]), not {_kind(data['prices'])}")
+    for key, entry in data.get("devices", {}).items():
+        _check_device(where, key, entry)
+    for number, row in enumerate(data.get("prices", []), 1):
+        _check_price(where, number, row)
 
 
 def user_price(usd_per_hour: float) -> PriceQuote:
     """A price given on the command line."""
-    if not usd_per_hour > 0:
-        raise UserError(f"--price-per-hour must be a positive number of USD, got {usd_per_hour}")
+    if not (math.isfinite(usd_per_hour) and usd_per_hour > 0):
+        raise UserError(f"--price-per-hour must be a positive, finite number of USD, got {usd_per_hour}")
     return PriceQuote(float(usd_per_hour), "--price-per-hour", "user", "given by the user")

@@ -7,13 +7,16 @@ works. Platform file keys::
 
     name = "vendor A, 8x H200"        # shown in the ranking (default: NAME=, else the file's stem)
     usd_per_hour = 3.80               # rental price of ONE device per hour
-    price_source = "quote Q-1234"     # where the price comes from (default: the platform file)
-    price_as_of = "2026-11"
+    price_source = "quote Q-1234"     # where the price comes from (required with usd_per_hour)
+    price_as_of = "2026-11"           # when it was quoted (required with usd_per_hour)
     sla_availability = 99.9           # percent, reported beside the score
     mttr_minutes = 25                 # mean time to repair a hardware fault (the recovery dimension)
     mttr_source = "SLA section 4.2"   # required with mttr_minutes
     notes = "..."
     results = ["a-run.json", "a-probes.json"]
+
+Every file named is read only when it is a regular file of sane size (a FIFO or ``/dev/zero``
+would hang or exhaust memory): one line says which is not.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.loading import tomllib
+from hwbench.core.text import MAX_RESULTS_BYTES, MAX_SETTINGS_BYTES, check_regular, read_regular_text
 from hwbench.results.checked import Loaded, load_checked
 
 KEYS = {
@@ -72,10 +76,7 @@ def _value(key: str, value: Any, where: str) -> Any:
 def load_platform_file(path: Path) -> dict[str, Any]:
     """The checked keys of a platform file; UserError (one line) on anything wrong."""
     where = f"platform file {path}"
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read {where}: {exc.strerror or exc}") from None
+    text = read_regular_text(path, MAX_SETTINGS_BYTES, "platform file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -86,6 +87,12 @@ def load_platform_file(path: Path) -> dict[str, Any]:
     facts = {key: _value(key, value, where) for key, value in data.items()}
     if "mttr_minutes" in facts and not facts.get("mttr_source", "").strip():
         raise UserError(f"{where}: mttr_minutes needs mttr_source (where the figure comes from)")
+    unsourced = [k for k in ("price_source", "price_as_of") if not facts.get(k, "").strip()]
+    if "usd_per_hour" in facts and unsourced:
+        raise UserError(
+            f"{where}: usd_per_hour needs price_source and price_as_of (where and when the price comes from); "
+            f"{unsourced[0]} is missing"
+        )
     return facts
 
 
@@ -110,6 +117,9 @@ def parse_platform(text: str) -> Platform:
         raise UserError(
             f"platform '{text}' has no results file (name one, or list them in the platform file's results = [...])"
         )
-    loaded = tuple(load_checked(p) for p in dict.fromkeys(result_paths))
+    unique = list(dict.fromkeys(result_paths))
+    for path in unique:  # before any is read: a FIFO or /dev/zero would hang the reader or exhaust memory
+        check_regular(path, MAX_RESULTS_BYTES, "results file")
+    loaded = tuple(load_checked(p) for p in unique)
     label = facts.get("name") or name.strip() or (platform_file or result_paths[0]).stem
     return Platform(label, loaded, platform_file, facts)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
 from hwbench.decide.weights import Dimension
@@ -61,15 +62,16 @@ def _price(platform: Platform, loaded: Loaded, record: dict[str, Any], catalog: 
     facts = platform.facts
     if "usd_per_hour" in facts:
         source = facts.get("price_source") or f"platform file {platform.platform_file}"
-        return facts["usd_per_hour"], source + (f", as of {facts['price_as_of']}" if facts.get("price_as_of") else "")
+        as_of = f", as of {facts['price_as_of']}" if facts.get("price_as_of") else ""
+        return facts["usd_per_hour"], printable(source + as_of)
     given = loaded.doc["run"].get("price")
     if given:
-        return float(given["usd_per_hour"]), f"{given['basis']}; {given['source']}; as of {given['as_of']}"
+        return float(given["usd_per_hour"]), printable(f"{given['basis']}; {given['source']}; as of {given['as_of']}")
     key = catalog.match(record.get("device") or "")
     quote = catalog.price(key) if key else None
     if quote is None:
         return None
-    return quote.usd_per_hour, f"catalog {key}: {quote.basis}; {quote.source}; as of {quote.as_of}"
+    return quote.usd_per_hour, printable(f"catalog {key}: {quote.basis}; {quote.source}; as of {quote.as_of}")
 
 
 def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
@@ -99,7 +101,7 @@ def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw
         return Raw(
             None,
             source,
-            reason=f"no price for '{record.get('device')}': give usd_per_hour in a platform "
+            reason=f"no price for '{printable(record.get('device'))}': give usd_per_hour in a platform "
             "file, or a --catalog file with its price",
         )
     source.update(usd_per_hour=price[0], price_source=price[1])

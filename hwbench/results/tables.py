@@ -1,4 +1,8 @@
-"""Terminal output: progress while running, and the results table (run end and ``show``)."""
+"""Terminal output: progress while running, and the results table (run end and ``show``).
+
+Names and reasons come from results files and drivers: every cell and line is printed through
+:func:`hwbench.core.text.printable`, so a control character (an ANSI escape) shows as an escape.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from hwbench.core.text import printable
 from hwbench.run.case import CaseRequest
 
 HEADERS = (
@@ -81,8 +86,8 @@ def row(record: dict[str, Any]) -> tuple[str, ...]:
 
 
 def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> str:
-    """Rows aligned under headers (numbers right-aligned)."""
-    rows = [headers, *rows]
+    """Rows aligned under headers (numbers right-aligned), every cell made printable."""
+    rows = [tuple(printable(c) for c in r) for r in (headers, *rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
     right = {"median", "TFLOPS", "GB/s", "% peak", "overhead"}
     lines = []
@@ -117,13 +122,14 @@ def summary(doc: dict[str, Any]) -> str:
         )
         lines.append(f"backend {backend['name']}: {state}")
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
+    lines = [printable(line) for line in lines]
     records = doc["records"]
     cases = [r for r in records if r["impl"] != "*"]
     lines += ["", table(row(r) for r in cases) if cases else "no cases ran"]
     lines += _notes(records)
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
-        lines.append(f"price: {price}")
+        lines.append(printable(f"price: {price}"))
     return "\n".join(lines)
 
 
@@ -146,7 +152,7 @@ def _notes(records: list[dict[str, Any]]) -> list[str]:
     noisy = sum(_noisy(r) for r in records)
     if noisy:
         lines.append(f"~ after a median: noisy, CV above 10 % ({noisy} records; each record's warnings give the CV)")
-    return [""] + lines if lines else []
+    return [""] + [printable(line) for line in lines] if lines else []
 
 
 class ProgressLine:
@@ -158,7 +164,9 @@ class ProgressLine:
 
     def __call__(self, number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
         assert case is not None
-        what = f"[{number}/{total}] {case.backend} {case.kernel} {case.impl} {case.dtype} {_shape(case.shape)}"
+        what = printable(
+            f"[{number}/{total}] {case.backend} {case.kernel} {case.impl} {case.dtype} {_shape(case.shape)}"
+        )
         if record is None:
             if self.live:
                 self.stream.write(f"\r\033[K{what} ...")
@@ -168,5 +176,5 @@ class ProgressLine:
         result = record["status"] if median is None else f"ok {seconds(median)}"
         if record["status"] != "ok":
             result += f" ({record['reason'][:100]})"
-        self.stream.write(("\r\033[K" if self.live else "") + f"{what} {result}\n")
+        self.stream.write(("\r\033[K" if self.live else "") + f"{what} {printable(result)}\n")
         self.stream.flush()
