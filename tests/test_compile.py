@@ -217,3 +217,12 @@ def test_compile_children_use_the_runs_triton_cache(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
     with triton_cache() as folder:
         assert folder == str(tmp_path / "mine")
+
+
+def test_compile_progress_prints_names_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    from hwbench.compile.jobs import run_jobs
+
+    (record,) = run_jobs([{"arch": "sm_90", "kernel": "evil\x1b[2J", "impl": "llvm", "variant": "fp32"}], 1, True)
+    assert record["status"] == "crashed"
+    err = capsys.readouterr().err
+    assert "evil\\x1b[2J" in err and "\x1b" not in err

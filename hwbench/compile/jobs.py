@@ -24,6 +24,7 @@ from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.kernel import get_kernel, kernel_targets
 from hwbench.core.records import failed, new_document, now
+from hwbench.core.text import printable
 
 #: The implementations compiled for GPU targets, and the language of each.
 LANGUAGES = {"triton": "triton", "llvm": "llvmlite"}
@@ -141,10 +142,8 @@ def _run_pools(jobs: list[dict[str, Any]], workers: int, progress: bool, cache: 
                     done[i] = [_crashed(jobs[i], f"{type(exc).__name__}: {exc}")]
                 if progress and i in done:
                     for r in done[i]:
-                        print(
-                            f"  {r['target']:<7} {r['kernel']:<9} {r['impl']:<6} {r['variant']:<28} {r['status']}",
-                            file=sys.stderr,
-                        )
+                        line = f"  {r['target']:<7} {r['kernel']:<9} {r['impl']:<6} {r['variant']:<28} {r['status']}"
+                        print(printable(line), file=sys.stderr)
         broken.sort()
         if broken and workers == 1:
             done[broken[0]] = [_crashed(jobs[broken[0]], "the compiler process died (signal or abort)")]
