@@ -115,6 +115,14 @@ class Enqueued(Prepared):
         cl.enqueue_copy(self._state.queue, host, self._out)
         return host
 
+    def clear_output(self) -> bool:
+        import pyopencl as cl
+
+        if self._dtype.kind != "f" or self._out.size % self._dtype.itemsize:
+            return False
+        cl.enqueue_fill_buffer(self._state.queue, self._out, np.full(1, np.nan, self._dtype), 0, self._out.size).wait()
+        return True
+
 
 class EventTimer(Timer):
     """Device time of the latest run: the last event's end minus the first event's start."""

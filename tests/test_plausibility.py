@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from hwbench.cli.main import main
@@ -160,3 +161,21 @@ def test_cheat(hwbench_case):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([message])
+
+
+@pytest.mark.parametrize(("backend", "impl"), [("cpu", "llvm"), ("opencl", "opencl"), ("opencl", "clblast")])
+def test_the_backends_clear_their_outputs(backend: str, impl: str) -> None:
+    """What the re-check after timing relies on: a cleared output is all NaN until the next call."""
+    from hwbench.run.case import CaseRequest, CaseSkipped, Pipeline
+
+    steps = Pipeline()
+    try:
+        case = steps.resolve(CaseRequest("gemm", impl, backend, 0, "fp32", {"M": 9, "N": 7, "K": 5}), probe=True)
+    except CaseSkipped as skip:
+        pytest.skip(str(skip))
+    prepared = steps.prepare(case)
+    prepared.run()
+    assert steps.clear(prepared) is True
+    assert np.isnan(prepared.result()).all()
+    prepared.run()
+    assert steps.recheck(case, prepared, True)[1] == ""
