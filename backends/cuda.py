@@ -71,6 +71,7 @@ class CUDABackend(TorchGPUBackend):
     name = "cuda"
     description = "NVIDIA GPUs through torch (CUDA build)"
     flavor = "cuda"
+    caches = ("triton", "cuda", "cupy")
     vendor = "NVIDIA"
     event_name = "cuda_event"
     lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to PTX"}

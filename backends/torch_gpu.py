@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer, present
+from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import torch_dtype
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
@@ -101,7 +102,15 @@ class TorchGPUBackend(Backend):
     languages = ("triton", "llvmlite")
 
     # -- availability and description ---------------------------------------------------
+    #: Caches of the tools this backend starts (``hwbench.core.caches.TOOLS``), chosen before they start.
+    caches: tuple[str, ...] = ("triton", "cupy")
+
     def probe(self) -> Availability:
+        notes = cache_notes(ensure_caches(self.caches))  # before torch, Triton or CuPy read their folders
+        found = self._probe()
+        return Availability(found.ok, "; ".join(n for n in [found.reason, *notes] if n)) if notes else found
+
+    def _probe(self) -> Availability:
         if not present("torch"):
             return Availability(False, f"torch is not installed (pip install 'hwbench[{self.name}]')")
         try:
@@ -185,6 +194,9 @@ class TorchGPUBackend(Backend):
             "triton": package_version("triton"),
             "llvmlite": package_version("llvmlite"),
         }
+        moved = [c for c in ensure_caches(self.caches) if c.note]
+        if moved:  # hwbench chose these folders: the user's were not writable
+            env["caches"] = {c.tool: c.as_json() for c in moved}
         if self.probe().ok:
             env.update(self.libraries())
             env["driver"] = self.driver_version()

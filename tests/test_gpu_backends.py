@@ -8,6 +8,7 @@ implementation lists, skip reasons and the llvmlite GPU lowering are checked eve
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,29 @@ def test_gpu_parity(name: str) -> None:
                     elif record["status"] == "skipped":
                         assert record["reason"], record
     assert not failures, failures
+
+
+PROBE_IN_READ_ONLY_HOME = """
+import json, os
+from hwbench.core.registry import get_backend
+backend = get_backend("{name}")
+found = backend.probe()
+print(json.dumps({{"reason": found.reason, "triton": os.environ.get("TRITON_CACHE_DIR"),
+                  "cuda": os.environ.get("CUDA_CACHE_PATH"), "env": backend.environment().get("caches")}}))
+"""
+
+
+@pytest.mark.parametrize("name", ["cuda", "rocm"])
+def test_a_read_only_home_moves_the_gpu_caches_before_they_start(name: str, tmp_path: Path) -> None:
+    """Triton's (and CUDA's JIT) cache under an unwritable HOME move under hwbench's, saying so."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")}
+    env.update(HOME="/proc/self", HWBENCH_CACHE_DIR=str(tmp_path / "hw"))
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_IN_READ_ONLY_HOME.format(name=name)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["triton"] == str(tmp_path / "hw" / "triton")
+    assert "Triton's cache: /proc/self/.triton/cache" in found["reason"] and "is not writable" in found["reason"]
+    assert "triton" in found["env"]
+    assert (found["cuda"] == str(tmp_path / "hw" / "cuda")) == (name == "cuda")
