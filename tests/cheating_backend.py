@@ -3,7 +3,8 @@ that lies, a device whose peak is not a number.
 
 Registered through ``HWBENCH_BACKENDS=cheat=cheating_backend:CheatingBackend``. What the timer
 returns comes from ``HWBENCH_CHEAT_TIMER`` (seconds, e.g. ``-1``, ``0``, ``1e-12``; unset: the
-wall clock), the device's fp32 peak from ``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none).
+wall clock), the device's fp32 peak from ``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none),
+its name from ``HWBENCH_CHEAT_DEVICE``.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class CheatingBackend(Backend):
             DeviceInfo(
                 backend=self.name,
                 index=0,
-                name="Cheating Device",
+                name=os.environ.get("HWBENCH_CHEAT_DEVICE", "Cheating Device"),
                 vendor="test",
                 kind="accelerator",
                 peak=None if peak is None else Peak({"fp32": float(peak)}, "test"),

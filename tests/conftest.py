@@ -19,7 +19,7 @@ else:
     _CACHE = Path(tempfile.mkdtemp(prefix="hwbench-test-cache-"))
     os.environ["HWBENCH_TEST_CACHE"] = str(_CACHE)
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-for _var in ("TRITON_CACHE_DIR", "POCL_CACHE_DIR", "PYOPENCL_CACHE_DIR", "CUPY_CACHE_DIR", "XDG_CACHE_HOME"):
+for _var in ("TRITON_CACHE_DIR", "POCL_CACHE_DIR", "CUDA_CACHE_PATH", "CUPY_CACHE_DIR", "XDG_CACHE_HOME"):
     os.environ.setdefault(_var, str(_CACHE / _var.lower()))
 
 TESTS = Path(__file__).resolve().parent

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import hwbench_cmd
 
 from hwbench.cli import run as run_command
 from hwbench.cli.main import main
@@ -176,3 +179,42 @@ def test_a_second_ctrl_c_while_winding_down_does_not_lose_the_file(tmp_path: Pat
         saved = results.save(doc, out, next_free=True)
     assert stops.first == signal.SIGINT and stops.later == 2
     assert json.loads(saved.read_text())["run"]["incomplete"] is True
+
+
+def test_sigterm_during_allreduce_writes_the_file_and_sweeps(tmp_path: Path) -> None:
+    """SIGTERM while the ranks run: exit 143, the finished cases saved, no segment or folder left."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = tmp_path / "ar.json"
+    shm = Path("/dev/shm")
+    before = set(shm.iterdir()) if shm.is_dir() else set()
+    proc = subprocess.Popen(
+        hwbench_cmd(
+            "run",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "allreduce",
+            "--shape",
+            "allreduce:count=65536,ranks=2",
+            "--budget",
+            "2",
+            "--out",
+            str(out),
+        ),
+        env=dict(os.environ, TMPDIR=str(scratch)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # the first case finished; the next one's ranks are running
+    assert line.startswith("[1/"), line
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    doc = json.loads(out.read_text())
+    assert doc["run"]["incomplete"] is True and "ok" in [r["status"] for r in doc["records"]]
+    assert (set(shm.iterdir()) if shm.is_dir() else set()) == before
+    assert list(scratch.iterdir()) == []

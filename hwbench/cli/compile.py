@@ -25,7 +25,7 @@ from hwbench.compile.jobs import IMPLS, compile_document, compiled_kernels, pars
 from hwbench.compile.stats import summary_lines
 from hwbench.core.records import now
 from hwbench.core.registry import parse_names
-from hwbench.results.files import save
+from hwbench.results.files import check_writable, save
 
 HELP = "compile every GPU kernel for GPU architectures (no GPU needed) and record registers, spills, memory"
 
@@ -51,12 +51,13 @@ def main(args: argparse.Namespace) -> int:
     kernels = parse_names(args.kernel, compiled_kernels(), "--kernel", known_label="known")
     impls = parse_names(args.impl, list(IMPLS), "--impl", known_label="known")
     out = fresh_out(args.out, "compile")
+    check_writable(out)
     started = now()
     t0 = time.perf_counter()
     jobs = plan_jobs(targets, kernels, impls)
     workers = args.jobs if args.jobs and args.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
     records = run_jobs(jobs, max(1, workers), progress=not args.quiet)
-    path = save(compile_document(records, started, ["hwbench", *sys.argv[1:]]), out)
+    path = save(compile_document(records, started, ["hwbench", *sys.argv[1:]]), out, next_free=True)
     for line in summary_lines(records):
         print(line)
     print(f"wrote {path} ({len(records)} compile records, {time.perf_counter() - t0:.1f} s)")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from hwbench.cli.options import positive_seconds
 from hwbench.core.kernel import describe_kernel
 from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
+from hwbench.core.text import printable
 from hwbench.run.runner import describe_all
 from hwbench.run.worker import Worker
 
@@ -35,26 +37,33 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"backends": backends, "kernels": kernels}, indent=1))
         return 0
-    print("Backends")
+    for line in _text(backends, kernels):
+        print(printable(line))
+    return 0
+
+
+def _text(backends: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> list[str]:
+    """The lines ``hwbench list`` prints (names from drivers escaped by the caller)."""
+    lines = ["Backends"]
     for b in backends:
         state = "available" if b["available"] else f"unavailable: {b['reason']}"
-        print(f"  {b['name']:<8} {state}")
+        lines.append(f"  {b['name']:<8} {state}")
         if b["available"] and b["reason"]:  # an available backend's reason is a note (how to add more)
-            print(f"    note: {b['reason']}")
+            lines.append(f"    note: {b['reason']}")
         for d in b.get("devices", []):
             peak = (d.get("peak") or {}).get("tflops", {})
             peaks = ", ".join(f"{k} {v * 1000:.0f} GFLOPS" for k, v in peak.items())
-            print(
+            lines.append(
                 f"    {d['backend']}:{d['index']}  {d['name']} ({d['vendor']}, {d['arch']})"
                 + (f"  peak {peaks}" if peaks else "")
             )
-    print("Kernels")
+    lines.append("Kernels")
     for k in kernels:
-        print(f"  {k['name']:<10} {k['description']}; dtypes {', '.join(k['dtypes'])}")
+        lines.append(f"  {k['name']:<10} {k['description']}; dtypes {', '.join(k['dtypes'])}")
         for b in backends:
             for impl in b.get("implementations", {}).get(k["name"], []):
-                print(
+                lines.append(
                     f"    {b['name'] + '/' + impl['name']:<20} {impl['kind']:<8} {impl['language']:<17} "
                     f"{', '.join(impl['dtypes'])}  {impl['description']}"
                 )
-    return 0
+    return lines

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from hwbench import __version__
 from hwbench.core.errors import UserError
+from hwbench.core.text import printable
 from hwbench.run.signals import Stopped, exit_status
 
 #: Exit status when cases failed (compile_error, runtime_error, parity_failed, implausible, timeout,
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(importlib.import_module(COMMANDS[args.command]).main(args))
     except UserError as exc:
-        print(f"hwbench: error: {exc}", file=sys.stderr)
+        print(f"hwbench: error: {printable(exc)}", file=sys.stderr)
         return exc.exit_code
     except Stopped as stop:
         print(f"hwbench: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import fresh_out
+from hwbench.cli.options import fresh_out, positive_seconds
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
@@ -158,7 +158,10 @@ def _figures(records: list[dict[str, Any]]) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Run the probe, write its results file, print the table; 1 when the probe failed."""
+    if getattr(args, "timeout", None) is not None:
+        positive_seconds(args.timeout, "--timeout")
     out = fresh_out(args.out, f"probe-{args.probe}")
+    results.check_writable(out)
     doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
         record = run_storage(args.dir, parse_size(args.size), args.runtime)
@@ -170,7 +173,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         doc["records"] = _startup(args, doc)
     doc["run"]["finished"] = now()
-    saved = results.save(doc, results.free_path(out))
+    saved = results.save(doc, out, next_free=True)
     print(summary(doc))
     for line in _figures(doc["records"]):
         print(line)

@@ -17,6 +17,7 @@ import numpy as np
 
 from hwbench.core.errors import UserError
 from hwbench.core.loading import tomllib
+from hwbench.core.text import MAX_SETTINGS_BYTES, read_regular_text
 
 #: Every dimension hwbench can score, in display order.
 DIMENSIONS = ("compute_density", "network", "storage", "time_to_first_step", "recovery")
@@ -84,10 +85,7 @@ class Dimension:
 def _read(path: Path | None) -> tuple[dict[str, Any], str]:
     if path is None:
         return tomllib.loads(resources.files("hwbench.decide.data").joinpath("weights.toml").read_text()), "default"
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read weights file {path}: {exc.strerror or exc}") from None
+    text = read_regular_text(path, MAX_SETTINGS_BYTES, "weights file")
     if not text.strip():
         raise UserError(f"weights file {path} is empty: it needs [dimensions.NAME] tables with a weight each")
     try:

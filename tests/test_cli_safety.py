@@ -1,0 +1,65 @@
+"""What every command shares: names from drivers and files printed escaped, numbers and files
+checked before work, the same writer for every output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hwbench.cli.main import main
+from hwbench.core.errors import UserError
+from hwbench.decide.weights import load_weights
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_list_prints_a_hostile_device_name_escaped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hwbench.core.registry import get_backend
+
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=cheating_backend:CheatingBackend")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("HWBENCH_CHEAT_DEVICE", "GPU\x1b[2J\x1b[31mred\rover")
+    get_backend.cache_clear()
+    try:
+        assert main(["list", "--backend", "cheat"]) == 0
+    finally:
+        get_backend.cache_clear()
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out
+    assert "GPU\\x1b[2J\\x1b[31mred\\rover" in out
+
+
+def test_an_error_line_prints_control_characters_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(tmp_path / "a\x1b]0;title\x07b.json")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;title\\x07b.json" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "inf", "nan"])
+def test_the_startup_probe_refuses_a_timeout_that_is_no_time(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.json"
+    assert main(["probe", "startup", "--timeout", value, "--out", str(out)]) == 2
+    assert "--timeout must be a positive" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_weights_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "weights.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="weights file"):
+        load_weights(fifo)
+
+
+def test_compile_refuses_an_unwritable_out_before_compiling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["compile", "--target", "sm_90", "--kernel", "gemm", "--out", str(blocker / "c.json")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and len(err.strip().splitlines()) == 1
