@@ -14,7 +14,11 @@ backend's own timer (device events where the device has them), so pytest-benchma
 wall-clock statistics and the device-timer samples in ``extra_info`` come from the same
 calls; the cache is flushed before every round, as ``hwbench run`` does. With
 ``native=True`` (the default) the backend's native implementation of the same case is
-timed too, with :func:`hwbench.timing.measure`, giving the porting overhead.
+timed too, after the case's rounds, with :func:`hwbench.run.timing.measure` over
+``native_budget_s`` (0.5 s by default), giving the porting overhead: ``extra_info`` says so
+(``native_source``, ``native_n``, ``native_cv``), and a native CV above 10 % warns, since a
+separate short measurement can disagree with a native test of its own in the same file.
+Pass ``native_median_s`` (e.g. that test's median) to compare against a figure you trust.
 
 ``extra_info`` then carries ``tflops``, ``pct_peak``, ``parity``, ``porting_overhead``,
 ``native_impl``, ``device`` and the device-timer median, so ``pytest --benchmark-json``
@@ -23,8 +27,9 @@ files hold them beside pytest-benchmark's own statistics.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -34,6 +39,7 @@ from hwbench.core.kernel import get_kernel
 from hwbench.decide.catalog import Catalog
 from hwbench.results import metrics
 from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseSkipped, Pipeline
+from hwbench.run.stats import Summary, summarize
 from hwbench.run.timing import TimingConfig
 
 
@@ -57,6 +63,11 @@ class CaseResult:
     native_impl: str | None
     native_median_s: float | None
     porting_overhead: float | None
+    #: Where ``native_median_s`` comes from: ``timed here`` (its own calls, after this case's
+    #: rounds, over ``native_budget_s``) or ``given`` (the caller's ``native_median_s``).
+    native_source: str | None = None
+    native_n: int | None = None
+    native_cv: float | None = None
 
     def extra_info(self) -> dict[str, Any]:
         """JSON-ready fields for pytest-benchmark's ``extra_info`` (samples left out)."""
@@ -75,6 +86,21 @@ def _peak_tflops(device: Any, dtype: str) -> float | None:
     """The device's own peak for ``dtype``, else the catalog's datasheet peak."""
     own = device.peak.tflops if device.peak is not None else None
     return Catalog.load().device_peak(device.name, own, dtype)[0]
+
+
+#: A native median noisier than this (coefficient of variation) makes the porting overhead a guess.
+NOISY_NATIVE_CV = 0.10
+
+
+def _warn_if_noisy(impl: str, timing: Summary, budget_s: float) -> None:
+    """A warning when the native's own timing is too noisy for its porting overhead to hold."""
+    if timing.cv > NOISY_NATIVE_CV:
+        warnings.warn(
+            f"hwbench_case: the native {impl}'s median comes from {timing.n} calls over {budget_s:g} s with a CV of "
+            f"{timing.cv:.0%}: porting_overhead is unreliable; raise native_budget_s or pass native_median_s",
+            pytest.PytestWarning,
+            stacklevel=3,
+        )
 
 
 def _step(step: Callable[[], Any]) -> Any:
@@ -161,7 +187,7 @@ class HwbenchCase:
             if why:
                 pytest.fail(f"parity failed: {why}", pytrace=False)
 
-        native_impl = None
+        native_impl, native_timing = None, None
         # Under --benchmark-disable (a smoke run) nothing is recorded: the native is not timed.
         if chosen.kind == "portable" and (native or native_median_s is not None) and not benchmark.disabled:
             twin = steps.native_twin(case)
@@ -170,7 +196,9 @@ class HwbenchCase:
                 if native_median_s is None:
                     other, _ = _checked(steps, twin)
                     config = TimingConfig(warmup_s=native_budget_s / 5, budget_s=native_budget_s, flush=flush)
-                    native_median_s = _median(steps.time(twin, other, config).samples)
+                    native_timing = summarize(_step(lambda: steps.time(twin, other, config)).samples)
+                    native_median_s = native_timing.median
+                    _warn_if_noisy(native_impl, native_timing, native_budget_s)
         result = _result(
             kernel,
             chosen,
@@ -190,6 +218,13 @@ class HwbenchCase:
         refused = metrics.implausible(result.tflops, peak, dtype, None) if result.tflops and peak else None
         if refused:
             pytest.fail(f"implausible: {refused}", pytrace=False)
+        if native_impl is not None:
+            result = replace(
+                result,
+                native_source="timed here" if native_timing else "given",
+                native_n=native_timing.n if native_timing else None,
+                native_cv=native_timing.cv if native_timing else None,
+            )
         benchmark.extra_info.update(result.extra_info())
         return result
 

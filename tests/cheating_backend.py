@@ -2,8 +2,8 @@
 that lies, a device whose peak is not a number.
 
 Registered through ``HWBENCH_BACKENDS=cheat=cheating_backend:CheatingBackend``. What the timer
-returns comes from ``HWBENCH_CHEAT_TIMER`` (seconds, e.g. ``-1``, ``0``, ``1e-12``; unset: the
-wall clock), the device's fp32 peak from ``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none),
+returns comes from ``HWBENCH_CHEAT_TIMER`` (seconds, e.g. ``-1``, ``0``, ``1e-12``; ``noisy``:
+1 ms and 3 ms in turn; unset: the wall clock), the device's fp32 peak from ``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none),
 its name from ``HWBENCH_CHEAT_DEVICE``.
 """
 
@@ -56,6 +56,20 @@ class _FixedTimer(Timer):
         return self.seconds
 
 
+class _NoisyTimer(Timer):
+    """1 ms and 3 ms in turn: a coefficient of variation of about 50 %."""
+
+    name = "noisy"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def time(self, fn: Callable[[], None]) -> float:
+        fn()
+        self.calls += 1
+        return 1e-3 if self.calls % 2 else 3e-3
+
+
 class CheatingBackend(Backend):
     """GEMM only; one implementation per way of cheating."""
 
@@ -99,4 +113,6 @@ class CheatingBackend(Backend):
 
     def timer(self, device: DeviceInfo) -> Timer:
         fixed = os.environ.get("HWBENCH_CHEAT_TIMER")
+        if fixed == "noisy":
+            return _NoisyTimer()
         return WallTimer() if fixed is None else _FixedTimer(float(fixed))

@@ -57,6 +57,9 @@ def test_benchmark_json_carries_hwbench_fields(pytester: pytest.Pytester) -> Non
     assert native["impl"] == "numpy" and native["dtype"] == "fp64" and native["porting_overhead"] is None
     given = bench["test_given_native_median"]["extra_info"]
     assert given["native_median_s"] == 1.0 and given["porting_overhead"] < 0
+    # Where the native's median comes from, and how steady it was.
+    assert info["native_source"] == "timed here" and info["native_n"] >= 3 and info["native_cv"] >= 0
+    assert given["native_source"] == "given" and given["native_n"] is None
 
 
 def test_parity_failure_fails_the_test(pytester: pytest.Pytester, faulty_env: dict[str, str]) -> None:
@@ -69,6 +72,25 @@ def test_wrong(hwbench_case):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-disable")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*parity failed*"])
+
+
+def test_a_noisy_native_measurement_warns(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import TESTS
+
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=cheating_backend:CheatingBackend")
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("HWBENCH_CHEAT_TIMER", "noisy")
+    pytester.makepyfile(
+        test_noisy="""
+def test_noisy(hwbench_case):
+    result = hwbench_case("gemm", {"M": 8, "N": 8, "K": 8}, backend="cheat", impl="stale", rounds=3,
+                          native_budget_s=0.01)
+    assert result.native_source == "timed here" and result.native_cv > 0.3
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*the native honest's median comes from * calls over 0.01 s with a CV of *"])
 
 
 def _scripts(node: object) -> list[str]:
