@@ -406,3 +406,23 @@ def test_a_read_only_home_runs_opencl_c_on_every_device(tmp_path) -> None:
     (backend,) = doc["backends"]
     assert len(doc["records"]) == len(backend["devices"])
     assert backend["environment"]["caches"]["xdg"]["folder"] == str(tmp_path / "cache" / "xdg")
+
+
+@needs_opencl
+def test_a_native_librarys_own_inaccuracy_fails_and_says_it_is_the_library(backend) -> None:
+    """CLBlast's fp16 GEMM sums in fp16: at K = 4096 it leaves the tolerance; the reason names the library's doing."""
+    runner = CaseRunner()
+    fp16 = [d for d in runner.devices(backend) if backend.supports(_clblast(backend), "fp16", d).ok]
+    if not fp16:
+        pytest.skip("no OpenCL device here runs CLBlast's fp16 GEMM")
+    shape = {"M": 64, "N": 64, "K": 4096}
+    record = runner.run(CaseRequest("gemm", "clblast", "opencl", fp16[0].index, "fp16", shape, 0, FAST))
+    assert record["status"] == "parity_failed", record["reason"]
+    assert record["reason"].endswith(
+        "CLBlast's HGEMM accumulates in fp16 (its kernels sum in the storage type), "
+        "so its error grows like K * u(fp16): the library's answer, not the device's"
+    )
+
+
+def _clblast(backend) -> Implementation:
+    return next(i for i in backend.implementations("gemm") if i.name == "clblast")

@@ -97,6 +97,9 @@ class Native:
     requires: Mapping[str, str] = field(default_factory=dict)
     listed_with: tuple[str, ...] = ()
     unless: tuple[str, ...] = ()
+    #: What the library is known to do per dtype that can put it outside the tolerance every
+    #: implementation is held to (e.g. accumulating fp16 in fp16); added to a failed parity's reason.
+    accuracy: Mapping[str, str] = field(default_factory=dict)
 
 
 class Kernel(ABC):

@@ -113,6 +113,15 @@ def timing_fields(timing: Timing) -> dict[str, Any]:
     )
 
 
+def library_accuracy(case: Case) -> str:
+    """What the case's native library is known to do to this dtype's accuracy (empty if nothing)."""
+    if case.impl.kind != "native":
+        return ""
+    natives = case.kernel.natives.get(case.backend.name, ())
+    native = next((n for n in natives if n.impl == case.impl.name), None)
+    return native.accuracy.get(case.dtype, "") if native is not None else ""
+
+
 class Pipeline:
     """The steps of a case; devices, inputs and the reference are kept for the next case."""
 
@@ -216,7 +225,10 @@ class Pipeline:
         found = asdict(result)
         why = found.pop("reason")
         found["exact"] = tolerance.exact
-        return found, "" if result.passed else why
+        if result.passed:
+            return found, ""
+        known = library_accuracy(case)
+        return found, f"{why}; {known}" if known else why
 
     @staticmethod
     def clear(prepared: Prepared) -> bool:

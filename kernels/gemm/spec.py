@@ -88,6 +88,10 @@ class GEMM(Kernel):
                 ("fp32", "fp64", "fp16"),
                 "natives:clblast",
                 {"pyclblast": PYCLBLAST_MISSING},
+                accuracy={
+                    "fp16": "CLBlast's HGEMM accumulates in fp16 (its kernels sum in the storage type), so its "
+                    "error grows like K * u(fp16): the library's answer, not the device's"
+                },
             ),
         ),
         "cuda": (
