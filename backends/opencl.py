@@ -38,6 +38,17 @@ from hwbench.core.registry import get_backend
 _NEEDS_EXT = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
 
 
+#: Short names of OpenCL platforms whose own names are long.
+PLATFORM_LABELS = {"Portable Computing Language": "PoCL"}
+
+
+def platform_label(name: str) -> str:
+    """The platform's name as a device name's suffix: a device says whose runtime drives it (the
+    same CPU under PoCL and under Intel's runtime are two devices)."""
+    name = " ".join(name.replace("(R)", "").replace("(TM)", "").split())
+    return PLATFORM_LABELS.get(name, name)
+
+
 def lanes(device: DeviceInfo, dtype: str) -> int:
     """Vector lanes for ``dtype`` arithmetic (fp16 computes in fp32), a power of two <= 16."""
     width = device.extra.get("native_vector_width", {}).get("fp64" if dtype == "fp64" else "fp32", 1) or 1
@@ -142,7 +153,7 @@ class OpenCLBackend(Backend):
         return DeviceInfo(
             backend=self.name,
             index=index,
-            name=device.name.strip(),
+            name=f"{device.name.strip()} ({platform_label(platform.name)})",
             vendor=device.vendor.strip(),
             kind=kind,
             arch=device.version,

@@ -426,3 +426,14 @@ def test_a_native_librarys_own_inaccuracy_fails_and_says_it_is_the_library(backe
 
 def _clblast(backend) -> Implementation:
     return next(i for i in backend.implementations("gemm") if i.name == "clblast")
+
+
+@needs_opencl
+def test_device_names_say_their_platform(backend) -> None:
+    """The same CPU under PoCL and under Intel's runtime are two devices, and their names say which."""
+    from hwbench.backends.opencl import platform_label
+
+    for found in backend.devices():
+        assert found.name.endswith(f" ({platform_label(found.extra['platform'])})")
+    assert platform_label("Portable Computing Language") == "PoCL"
+    assert platform_label("Intel(R) OpenCL") == "Intel OpenCL"

@@ -65,12 +65,30 @@ def _noisy(record: dict[str, Any]) -> bool:
     return any(w.startswith("noisy") for w in record.get("warnings", []))
 
 
-def row(record: dict[str, Any]) -> tuple[str, ...]:
-    """One table row of a record."""
+def device_column(doc: dict[str, Any]) -> bool:
+    """Whether the table needs a device column: a backend of the file has more than one device."""
+    return any(len(b.get("devices") or []) > 1 for b in doc.get("backends", []))
+
+
+def with_device(headers: tuple[str, ...]) -> tuple[str, ...]:
+    """``headers`` with ``device`` after ``backend``."""
+    at = headers.index("backend") + 1
+    return (*headers[:at], "device", *headers[at:])
+
+
+def device_id(record: dict[str, Any]) -> str:
+    """``BACKEND:INDEX`` of the record's device (as ``--device`` takes it); '-' where it has none."""
+    index = record.get("device_index")
+    return f"{record['backend']}:{index}" if isinstance(index, int) and index >= 0 else "-"
+
+
+def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
+    """One table row of a record (with its ``BACKEND:INDEX`` after the backend when ``device``)."""
     m, t = record["metrics"], record["timing"]
     overhead = m.get("porting_overhead")
     return (
         record["backend"],
+        *((device_id(record),) if device else ()),
         record["kernel"],
         record["impl"],
         record.get("dtype") or "-",
@@ -115,8 +133,9 @@ def summary(doc: dict[str, Any]) -> str:
             "BLAS " + ", ".join(f"{b['internal_api']} {b['version']} ({b.get('architecture')} kernel)" for b in blas)
         )
     for backend in doc.get("backends", []):
+        many = len(backend["devices"]) > 1
         state = (
-            ", ".join(d["name"] for d in backend["devices"])
+            ", ".join(f"{backend['name']}:{d['index']} {d['name']}" if many else d["name"] for d in backend["devices"])
             if backend["available"]
             else f"unavailable: {backend['reason']}"
         )
@@ -125,22 +144,23 @@ def summary(doc: dict[str, Any]) -> str:
     lines = [printable(line) for line in lines]
     records = doc["records"]
     cases = [r for r in records if r["impl"] != "*"]
-    lines += ["", table(row(r) for r in cases) if cases else "no cases ran"]
-    lines += _notes(records)
+    device = device_column(doc)
+    headers = with_device(HEADERS) if device else HEADERS
+    lines += ["", table((row(r, device) for r in cases), headers) if cases else "no cases ran"]
+    lines += _notes(records, device)
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
         lines.append(printable(f"price: {price}"))
     return "\n".join(lines)
 
 
-def _notes(records: list[dict[str, Any]]) -> list[str]:
+def _notes(records: list[dict[str, Any]], device: bool = False) -> list[str]:
     """Why each record is not ok (kernels that share a reason on one line), then timing notes."""
     grouped: dict[tuple[str, str, str], list[str]] = {}
     lines = []
     for r in records:
-        what = f"{r['backend']} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace(
-            "  ", " "
-        )
+        who = device_id(r) if device and device_id(r) != "-" else r["backend"]
+        what = f"{who} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace("  ", " ")
         if r["impl"] == "*":
             grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
         elif r["status"] != "ok":
