@@ -1,10 +1,10 @@
 """A test-only backend that cheats: kernels that stop working after their first call, a timer
 that lies, a device whose peak is not a number.
 
-Registered through ``HWBENCH_BACKENDS=cheat=cheating_backend:CheatingBackend``. What the timer
-returns comes from ``HWBENCH_CHEAT_TIMER`` (seconds, e.g. ``-1``, ``0``, ``1e-12``; ``noisy``:
-1 ms and 3 ms in turn; unset: the wall clock), the device's fp32 peak from ``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none),
-its name from ``HWBENCH_CHEAT_DEVICE``.
+Registered through ``HWBENCH_BACKENDS=cheat=cheating_backend:CheatingBackend``. What the
+timer returns comes from ``HWBENCH_CHEAT_TIMER`` (seconds, e.g. ``-1``, ``0``, ``1e-12``;
+``noisy``: 1 ms and 3 ms in turn; unset: the wall clock), the device's fp32 peak from
+``HWBENCH_CHEAT_PEAK`` (TFLOPS or ``nan``; unset: none), its name from ``HWBENCH_CHEAT_DEVICE``.
 """
 
 from __future__ import annotations
