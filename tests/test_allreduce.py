@@ -411,6 +411,63 @@ def test_two_nodes_are_joined_hierarchically(tmp_path: Path) -> None:
     assert "across nodes" in records[-1]["config"]["algorithm"]
 
 
+def test_the_host_memory_estimate_counts_every_rank() -> None:
+    two, four = ({"count": 2**24, "ranks": r} for r in (2, 4))
+    assert KERNEL.memory_bytes(four, "fp32") == 2 * KERNEL.memory_bytes(two, "fp32")
+    assert KERNEL.memory_bytes(four, "fp64") > KERNEL.memory_bytes(four, "fp32")
+    # 4 ranks x 2**24 fp32 peaked at 1.5 GiB summed PSS: the estimate may not fall short of it
+    assert KERNEL.memory_bytes(four, "fp32") >= 1.5 * 2**30
+    small = KERNEL.memory_bytes({"count": 1, "ranks": 8}, "fp32")
+    assert small >= 8 * 150 * 2**20  # each rank process is a Python with torch, whatever its buffers
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@needs_torch
+def test_the_host_memory_estimate_covers_the_ranks_measured_memory(tmp_path: Path) -> None:
+    if not Path(f"/proc/{os.getpid()}/smaps_rollup").exists():
+        pytest.skip("no /proc/PID/smaps_rollup here to measure PSS with")
+    marker = f"pss{time.monotonic_ns()}"
+    shape = {"count": 2**22, "ranks": 2}
+    run = subprocess.Popen(
+        hwbench_cmd(
+            "run", "--backend", "cpu", "--kernel", "allreduce", "--ranks", "2", "--impl", "gloo,llvm_shm",
+            "--shape", "allreduce:count=4194304", "--budget", "0.05", "--quiet", "--out", str(tmp_path / "m.json"),
+        ),
+        env=dict(os.environ, HWBENCH_TEST_MARKER=marker),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )  # fmt: skip
+    peak = 0
+    try:
+        while run.poll() is None:
+            peak = max(peak, sum(_pss(p) for p in _rank_processes(marker) if b"collective.rank" in _cmdline(p)))
+            time.sleep(0.02)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+    assert run.returncode == 0 and peak > 0
+    estimate = KERNEL.memory_bytes(shape, "fp32")
+    assert 0.8 * peak <= estimate <= 2 * peak, (estimate / 2**20, peak / 2**20)
+
+
 def test_ranks_must_be_positive_and_need_allreduce(tmp_path: Path) -> None:
     bad = subprocess.run(
         hwbench_cmd("run", "--kernel", "allreduce", "--ranks", "0"), capture_output=True, text=True, cwd=tmp_path
