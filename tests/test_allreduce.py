@@ -229,7 +229,7 @@ def test_native_and_portable_are_exact_on_local_ranks(tmp_path: Path, ranks: int
     "fault,status,words",
     [
         ("1:0:kill", "crashed", "rank 1 was killed by SIGKILL"),
-        ("1:0:hang", "timeout", "still running without an error: rank 1"),
+        ("1:0:hang", "timeout", "still running without an error: rank 1 (in case 0)"),
     ],
 )
 def test_a_dead_or_stuck_rank_is_a_record_and_the_run_goes_on(
@@ -409,6 +409,48 @@ def test_two_nodes_are_joined_hierarchically(tmp_path: Path) -> None:
     records = [r for r in doc["records"] if r["impl"] != "*"]
     assert len(records) == 4 and all(r["status"] == "ok" and r["parity"]["mismatches"] == 0 for r in records)
     assert "across nodes" in records[-1]["config"]["algorithm"]
+
+
+@needs_torch
+def test_torchrun_ranks_whose_peers_never_come_stop_within_the_timeout_in_one_line(tmp_path: Path) -> None:
+    """Rank 1 finds nothing at MASTER_ADDR:MASTER_PORT; rank 0 waits for a rank 1 that never comes."""
+    from hwbench.collective.launch import free_port
+
+    ports = [free_port()]
+    while len(ports) < 2:
+        ports += [p for p in [free_port()] if p not in ports]
+    world = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    args = ["run", "--backend", "cpu", "--kernel", "allreduce", "--impl", "gloo", "--timeout", "5", "--quiet"]
+    started = time.monotonic()
+    ranks = [
+        subprocess.Popen(
+            hwbench_cmd(*args, "--shape", "allreduce:count=64", "--out", str(tmp_path / f"rank{rank}.json")),
+            env=dict(world, RANK=str(rank), LOCAL_RANK=str(rank), MASTER_PORT=str(ports[rank])),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for rank in (1, 0)
+    ]
+    try:
+        text = ranks[0].communicate(timeout=60)
+        follower_s = time.monotonic() - started
+        leader = ranks[1].communicate(timeout=90)
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    lines = [line for line in "".join(text).splitlines() if line.strip()]
+    assert ranks[0].returncode == 1 and follower_s < 30, (follower_s, text)
+    assert len(lines) == 1 and f"could not reach 127.0.0.1:{ports[1]} (MASTER_ADDR:MASTER_PORT)" in lines[0], lines
+    assert ranks[1].returncode == 1 and "Traceback" not in "".join(leader), leader
+    doc = json.loads((tmp_path / "rank0.json").read_text())
+    assert validate(doc) == []
+    for r in (r for r in doc["records"] if r["impl"] != "*"):
+        assert r["status"] == "timeout" and f"at 127.0.0.1:{ports[0]} within 15 s" in r["reason"], r
+    assert not (tmp_path / "rank1.json").exists()
 
 
 def test_the_host_memory_estimate_counts_every_rank() -> None:

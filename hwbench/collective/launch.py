@@ -6,7 +6,10 @@ reads rank 0's events, enforces a deadline on start-up and on every case, and wh
 dies, fails or stalls it kills every rank's process group, records the case in flight as
 ``crashed``/``timeout``/``runtime_error`` naming the rank, and starts fresh ranks for the
 cases left. Ranks die with their launcher (PR_SET_PDEATHSIG), shared segments are
-unlinked as soon as they are mapped, and any left by a rank killed in between are swept.
+unlinked as soon as they are mapped, and any left by a rank killed in between are swept,
+even when a second interrupt arrives during the sweep. Every name a launch creates says
+which process owns it (:mod:`.debris`), so what a killed launcher left is swept by the next.
+When time runs out, each rank's progress file says which ranks fell behind.
 When the cases include the ``mpi`` native, one ``mpirun`` starts the ranks instead
 (:mod:`.mpi`): the same deadlines apply to it, per-rank exit codes come from its report.
 """
@@ -15,22 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hwbench.collective import mpi
-from hwbench.collective.rank import EXIT_COLLECTIVE_ERROR, INIT_TIMEOUT_S
-from hwbench.collective.shm import PREFIX, SHM_DIR
+from hwbench.collective.debris import PREFIX, SHM_DIR, owner_token, remove
+from hwbench.collective.rank import EXIT_COLLECTIVE_ERROR
+from hwbench.collective.rendezvous import INIT_TIMEOUT_S
 from hwbench.collective.topology import TOKEN_ENV
 
 POLL_S = 0.02
@@ -83,8 +85,8 @@ class Launch:
         self.job, self.ranks, self.timeout_s, self.on_event = job, ranks, timeout_s, on_event
         self.use_mpi = use_mpi
         self.env = dict(os.environ if env is None else env)
-        self.token = uuid.uuid4().hex[:12]
-        self.dir = Path(tempfile.mkdtemp(prefix="hwbench-ar-"))
+        self.token = owner_token()
+        self.dir = Path(tempfile.gettempdir()) / f"{PREFIX}-{self.token}"  # made by run()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outcome = Outcome()
         self._offset = 0
@@ -195,22 +197,31 @@ class Launch:
             self.on_event(event)
 
     def run(self) -> Outcome:
-        """Run the ranks to the end of the job or the first failure; always cleans up."""
+        """Run the ranks to the end of the job or the first failure; always cleans up, to the end
+        even when interrupted (again) meanwhile."""
         try:
+            self.dir.mkdir(mode=0o700)
             self._spawn()
             self._watch()
         except KeyboardInterrupt:
             self.outcome.interrupted = True
         finally:
-            self._kill()
-            self._read_events()
-            self._sweep()
+            for step in (self._kill, self._read_events, self._sweep):
+                self._to_the_end(step)
         return self.outcome
+
+    def _to_the_end(self, step: Callable[[], None]) -> None:
+        """Run a clean-up step (each may run again) until it completes; an interrupt only marks the outcome."""
+        while True:
+            try:
+                step()
+                return
+            except KeyboardInterrupt:
+                self.outcome.interrupted = True
 
     def _watch(self) -> None:
         started = self._case_started = time.monotonic()
-        limit = self.timeout_s + GRACE_S
-        startup = max(self.timeout_s, INIT_TIMEOUT_S) + GRACE_S
+        startup = max(self.timeout_s, INIT_TIMEOUT_S)  # what the ranks allow themselves; the launcher adds GRACE_S
         while True:
             time.sleep(POLL_S)
             self._read_events()
@@ -223,11 +234,11 @@ class Launch:
                 self._failure(self._codes())
                 return
             now = time.monotonic()
-            if not self.outcome.ready and now - started > startup:
+            if not self.outcome.ready and now - started > startup + GRACE_S:
                 self._timed_out(f"the ranks did not start within {startup:g} s")
                 return
-            if self.outcome.in_flight is not None and now - self._case_started > limit:
-                self._timed_out(f"the case did not finish within {limit:g} s")
+            if self.outcome.in_flight is not None and now - self._case_started > self.timeout_s + GRACE_S:
+                self._timed_out(f"the case did not finish within --timeout {self.timeout_s:g} s")
                 return
 
     def _errors(self) -> dict[int, dict[str, Any]]:
@@ -265,22 +276,40 @@ class Launch:
         # there is another rank's doing, so only the case in flight is blamed.
         impl = phase.split(":", 1)[1] if phase.startswith("setup:") and error["status"] != "timeout" else None
         stuck = [r for r, c in enumerate(codes) if c is None and r not in errors]
+        where = ", ".join(f"rank {r} (in {_phase_text(self._progress(r)[1])})" for r in stuck)
         self._set(
             error["status"],
-            f"rank {rank}: {error['message']}"
-            + (f"; still running without an error: rank {', '.join(map(str, stuck))}" if stuck else ""),
+            f"rank {rank}: {error['message']}" + (f"; still running without an error: {where}" if stuck else ""),
             impl,
         )
 
+    def _progress(self, rank: int) -> tuple[int, str]:
+        """The step and phase rank ``rank`` last reported ((-1, "") before its first report)."""
+        try:
+            seen = json.loads((self.dir / f"rank{rank}.progress").read_text())
+            return int(seen["step"]), str(seen["phase"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1, ""
+
     def _timed_out(self, what: str) -> None:
         errors = self._errors()
-        alive = self._alive()
-        detail = "; ".join(f"rank {r}: {e['message']}" for r, e in errors.items())
-        self._set(
-            "timeout",
-            f"{what}; ranks still running: {', '.join(map(str, alive)) or 'none'}" + (f"; {detail}" if detail else ""),
-            None,
-        )
+        detail = "".join(f"; rank {r}: {e['message']}" for r, e in errors.items())
+        self._set("timeout", f"{what}: {self._stragglers()}{detail}", None)
+
+    def _stragglers(self) -> str:
+        """Which live ranks fell behind the others, and where each is."""
+        seen = {r: self._progress(r) for r in self._alive()}
+        if not seen:
+            return "no rank is running"
+        ahead = max(step for step, _ in seen.values())
+        behind: dict[str, list[int]] = {}
+        waiting: dict[str, list[int]] = {}
+        for r, (step, phase) in sorted(seen.items()):
+            (behind if step < ahead else waiting).setdefault(_phase_text(phase), []).append(r)
+        if not behind:
+            return "; ".join(f"{_ranks(rs)} still in {phase}" for phase, rs in waiting.items())
+        late = "; ".join(f"{_ranks(rs)} did not arrive (still in {phase})" for phase, rs in behind.items())
+        return late + "".join(f"; {_ranks(rs)} waited in {phase}" for phase, rs in waiting.items())
 
     def _set(self, status: str, reason: str, impl: str | None) -> None:
         self.outcome.status, self.outcome.reason, self.outcome.failed_impl = status, reason, impl
@@ -307,14 +336,23 @@ class Launch:
 
     def _sweep(self) -> None:
         for leftover in SHM_DIR.glob(f"{PREFIX}-{self.token}-*"):
-            try:
-                if leftover.is_dir():
-                    shutil.rmtree(leftover, ignore_errors=True)
-                else:
-                    leftover.unlink()
-            except FileNotFoundError:
-                pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+            remove(leftover)
+        remove(self.dir)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _phase_text(phase: str) -> str:
+    """A rank's phase as the reason says it: ``case:3:timing`` is "case 3 (timing)"."""
+    kind, _, rest = phase.partition(":")
+    if kind == "case":
+        index, _, step = rest.partition(":")
+        return f"case {index}" + (f" ({step})" if step else "")
+    if kind == "setup":
+        return f"the set-up of {rest}" if rest else "set-up"
+    return {"": "start-up", "init": "start-up", "joining": "the rendezvous", "done": "the end"}.get(kind, phase)
 
 
 def _pdeathsig() -> None:

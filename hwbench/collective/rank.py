@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import datetime as dt
 import json
 import os
 import signal
@@ -22,35 +21,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hwbench.collective.debris import sweep_stale
 from hwbench.collective.dispatch import create
 from hwbench.collective.impls import Collective
 from hwbench.collective.mpi import MPI_ENV, finalize, rank_environment
+from hwbench.collective.rendezvous import init_process_group, join_timeout
 from hwbench.collective.shm import CollectiveError
 from hwbench.collective.sweep import run_case, to_record
 from hwbench.collective.topology import World, describe_rank
 
 EXIT_COLLECTIVE_ERROR = 3
-INIT_TIMEOUT_S = 120.0
 #: Test hook: ``RANK:CASE_INDEX:exit|kill|hang`` makes that rank fail at the start of that case.
 FAULT_ENV = "HWBENCH_AR_FAULT"
 
 Emit = Callable[[dict[str, Any]], None]
 
 
-def init_process_group(world: World, timeout_s: float) -> None:
-    """Join the default gloo group (env://), then make ``world.group``, whose collectives time out after ``timeout_s``.
+class Progress:
+    """Where this rank is: a phase and a step count that every rank advances alike.
 
-    Start-up gets at least :data:`INIT_TIMEOUT_S`: ranks that import torch on a busy host
-    arrive seconds apart, which says nothing about a case's collectives.
+    Phases: ``init``, ``joining``, ``setup`` (describing itself), then per case ``case:I``,
+    ``setup:IMPL`` (the first case of an implementation), ``case:I:check``, ``case:I:timing``,
+    ``case:I:last check``; ``done`` at the end. With ``path``, each change is written there
+    (replaced whole) for the launcher, which names the ranks that fell behind when time runs out.
     """
-    import torch.distributed as dist
 
-    if not dist.is_initialized():
-        dist.init_process_group(
-            "gloo", init_method="env://", timeout=dt.timedelta(seconds=max(timeout_s, INIT_TIMEOUT_S))
-        )
-    world.timeout_s = timeout_s
-    world.group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout_s))
+    def __init__(self, path: Path | None = None) -> None:
+        self.path, self.phase, self.step = path, "init", 0
+        self._write()
+
+    def __call__(self, phase: str) -> None:
+        self.phase, self.step = phase, self.step + 1
+        self._write()
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        fresh = self.path.with_name(self.path.name + ".new")
+        fresh.write_text(json.dumps({"step": self.step, "phase": self.phase}))
+        os.replace(fresh, self.path)
 
 
 def _inject_fault(world: World, index: int) -> None:
@@ -68,52 +77,61 @@ def _inject_fault(world: World, index: int) -> None:
         time.sleep(3600)
 
 
-def serve(world: World, job: dict[str, Any], emit: Emit, phase: list[str] | None = None) -> None:
+def serve(world: World, job: dict[str, Any], emit: Emit, progress: Progress | None = None) -> None:
     """Run every case of ``job`` in order; rank 0 emits its events and records.
 
-    ``phase`` (a one-item list) tracks where this rank is, for error reports.
+    ``progress`` tracks where this rank is, for error reports and the launcher.
     """
-    phase = phase if phase is not None else ["setup"]
+    progress = progress if progress is not None else Progress()
     impls: dict[str, Collective] = {}
     max_bytes = job["max_bytes"]
     try:
         for case in job["cases"]:
-            name = case["impl"]
+            name, index = case["impl"], case["index"]
+            progress(f"case:{index}")
             if world.rank == 0:
-                emit({"event": "start", "index": case["index"], "impl": name})
-            _inject_fault(world, case["index"])
+                emit({"event": "start", "index": index, "impl": name})
+            _inject_fault(world, index)
             if name not in impls:
-                phase[0] = f"setup:{name}"
+                progress(f"setup:{name}")
                 impls[name] = create(name, world, max_bytes.get(name, 0), job["timeout_s"], case.get("backend", "cpu"))
-            phase[0] = f"case:{case['index']}"
-            result = run_case(impls[name], case, world)
+            result = run_case(impls[name], case, world, _marker(progress, f"case:{index}"))
             if world.rank == 0:
                 base = dict(case["record"], config={**case["record"].get("config", {}), **impls[name].config})
-                emit(
-                    {"event": "record", "index": case["index"], "record": to_record(base, result, job["resolution_s"])}
-                )
-        phase[0] = "done"
+                emit({"event": "record", "index": index, "record": to_record(base, result, job["resolution_s"])})
+        progress("done")
     finally:
         for impl in impls.values():
             impl.close()
 
 
+def _marker(progress: Progress, prefix: str) -> Callable[[str], None]:
+    """A step inside a case, as ``progress`` records it: ``PREFIX:STEP``."""
+    return lambda step: progress(f"{prefix}:{step}")
+
+
 def follow(timeout_s: float) -> int:
-    """A torchrun rank other than 0: receive the job from rank 0, take part, exit."""
-    import torch.distributed as dist
+    """A torchrun rank other than 0: receive the job from rank 0, take part, exit (1 with one line
+    on stderr when the ranks cannot meet or a collective fails)."""
+    import torch.distributed as dist  # torch, optional: only ranks import it
 
     world = World.from_env()
-    init_process_group(world, timeout_s)
-    box: list[Any] = [None]
-    dist.broadcast_object_list(box, src=0)
-    job = box[0]
-    dist.all_gather_object([None] * world.size, describe_rank(world, job is not None and _on_gpus(job)))
-    if job is None:
-        return 0
+    sweep_stale()
     try:
-        serve(world, job, lambda event: None)
-    except (CollectiveError, RuntimeError) as exc:
-        print(f"hwbench: rank {world.rank}: {exc}", file=sys.stderr)
+        init_process_group(world, timeout_s, join_timeout(timeout_s))
+    except CollectiveError as exc:
+        print(f"hwbench: {exc}", file=sys.stderr)
+        return 1
+    try:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0, group=world.group)
+        job = box[0]
+        participants: list[Any] = [None] * world.size
+        dist.all_gather_object(participants, describe_rank(world, job is not None and _on_gpus(job)), group=world.group)
+        if job is not None:
+            serve(world, job, lambda event: None)
+    except (CollectiveError, RuntimeError) as exc:  # gloo's timeouts and lost peers arrive as RuntimeError
+        print(f"hwbench: rank {world.rank}: {' '.join(str(exc).split())[:400]}", file=sys.stderr)
         return 1
     finally:
         dist.destroy_process_group()
@@ -158,7 +176,7 @@ def main(argv: list[str]) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-    phase = ["init"]
+    progress = Progress(job_path.parent / f"rank{world.rank}.progress")
     events = open(job_path.parent / "events.jsonl", "a", buffering=1) if world.rank == 0 else None
 
     def emit(event: dict[str, Any]) -> None:
@@ -166,19 +184,20 @@ def main(argv: list[str]) -> int:
         events.write(json.dumps(event) + "\n")
 
     def report(status: str, message: str) -> None:
-        error = {"rank": world.rank, "phase": phase[0], "status": status, "message": message}
+        error = {"rank": world.rank, "phase": progress.phase, "status": status, "message": message}
         (job_path.parent / f"rank{world.rank}.error.json").write_text(json.dumps(error))
 
     try:
         import torch.distributed as dist
 
+        progress("joining")
         init_process_group(world, job["timeout_s"])
+        progress("setup")
         participants: list[Any] = [None] * world.size
-        dist.all_gather_object(participants, describe_rank(world, _on_gpus(job)))
+        dist.all_gather_object(participants, describe_rank(world, _on_gpus(job)), group=world.group)
         if world.rank == 0:
             emit({"event": "ready", "participants": participants})
-        phase[0] = "setup"
-        serve(world, job, emit, phase)
+        serve(world, job, emit, progress)
         dist.destroy_process_group()
         finalize()
     except CollectiveError as exc:

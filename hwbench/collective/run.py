@@ -15,9 +15,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from hwbench.collective.debris import sweep_stale
 from hwbench.collective.dispatch import GPU_BACKENDS, support
 from hwbench.collective.launch import Launch
-from hwbench.collective.rank import init_process_group, serve
+from hwbench.collective.rank import serve
+from hwbench.collective.rendezvous import init_process_group, join_timeout
+from hwbench.collective.shm import CollectiveError
 from hwbench.collective.topology import World, describe_rank, joined_rank
 from hwbench.core.backend import WallTimer
 from hwbench.core.dtypes import DTYPE_BYTES
@@ -129,47 +132,55 @@ def _run_local(
     records: dict[int, dict[str, Any]] = {}
     participants: list[dict[str, Any]] = []
     pending = list(job["cases"])
-    while pending:
-        use_mpi = any(c["impl"] == "mpi" for c in pending)  # then mpirun starts the ranks
-        outcome = Launch({**job, "cases": pending}, ranks, timeout_s, sink, use_mpi=use_mpi).run()
-        records.update(outcome.records)
-        participants = outcome.participants or participants
-        if outcome.interrupted:
-            return records, True, participants
-        done = set(outcome.records)
-        if outcome.status is not None:
-            doomed = [
-                c
-                for c in pending
-                if c["index"] not in done
-                and (
-                    c["index"] == outcome.in_flight
-                    or not outcome.ready
-                    or (outcome.failed_impl is not None and c["impl"] == outcome.failed_impl)
-                )
-            ]
-            if not doomed:  # failed between cases: blame the next one so the loop always advances
-                doomed = [next(c for c in pending if c["index"] not in done)]
-            for item in doomed:
-                record = failed(dict(item["record"]), outcome.status, outcome.reason)
-                records[item["index"]] = record
-                sink({"event": "record", "index": item["index"], "record": record})
-        pending = [c for c in pending if c["index"] not in records]
+    try:  # an interrupt between launches keeps the records so far
+        while pending:
+            use_mpi = any(c["impl"] == "mpi" for c in pending)  # then mpirun starts the ranks
+            outcome = Launch({**job, "cases": pending}, ranks, timeout_s, sink, use_mpi=use_mpi).run()
+            records.update(outcome.records)
+            participants = outcome.participants or participants
+            if outcome.interrupted:
+                return records, True, participants
+            done = set(outcome.records)
+            if outcome.status is not None:
+                doomed = [
+                    c
+                    for c in pending
+                    if c["index"] not in done
+                    and (
+                        c["index"] == outcome.in_flight
+                        or not outcome.ready
+                        or (outcome.failed_impl is not None and c["impl"] == outcome.failed_impl)
+                    )
+                ]
+                if not doomed:  # failed between cases: blame the next one so the loop always advances
+                    doomed = [next(c for c in pending if c["index"] not in done)]
+                for item in doomed:
+                    record = failed(dict(item["record"]), outcome.status, outcome.reason)
+                    records[item["index"]] = record
+                    sink({"event": "record", "index": item["index"], "record": record})
+            pending = [c for c in pending if c["index"] not in records]
+    except KeyboardInterrupt:
+        return records, True, participants
     return records, False, participants
 
 
 def _run_joined(
     cases: list[CaseRequest], backends: list[dict[str, Any]], timeout_s: float, sink: _Sink
 ) -> tuple[dict[int, dict[str, Any]], bool, list[dict[str, Any]]]:
-    """Rank 0 under torchrun: hand the job to every rank and run it here."""
-    import torch.distributed as dist
+    """Rank 0 under torchrun: hand the job to every rank and run it here (when the ranks cannot
+    meet, every case is a ``timeout`` record saying so)."""
+    import torch.distributed as dist  # torch, optional: only a torchrun world imports it here
 
     world = World.from_env()
-    init_process_group(world, timeout_s)
     job = _job(cases, backends, timeout_s)
-    dist.broadcast_object_list([job], src=0)
+    try:
+        init_process_group(world, timeout_s, join_timeout(timeout_s))
+    except CollectiveError as exc:
+        unmet = {c["index"]: failed(dict(c["record"]), exc.status, str(exc)) for c in job["cases"]}
+        for index, record in unmet.items():
+            sink({"event": "record", "index": index, "record": record})
+        return unmet, False, []
     participants: list[Any] = [None] * world.size
-    dist.all_gather_object(participants, describe_rank(world, any(c.backend in GPU_BACKENDS for c in cases)))
     records: dict[int, dict[str, Any]] = {}
     current: list[int] = []
 
@@ -181,26 +192,28 @@ def _run_joined(
         sink(event)
 
     try:
+        dist.broadcast_object_list([job], src=0, group=world.group)
+        gpu = any(c.backend in GPU_BACKENDS for c in cases)
+        dist.all_gather_object(participants, describe_rank(world, gpu), group=world.group)
         serve(world, job, emit)
     except KeyboardInterrupt:
-        return records, True, participants
+        return records, True, [p for p in participants if p is not None]
     except Exception as exc:
         status = getattr(exc, "status", None) or ("timeout" if "timed out" in str(exc).lower() else "runtime_error")
         reason = " ".join(str(exc).split())[:400]
-        for item in job["cases"]:
-            if item["index"] in records:
-                continue
-            if current and item["index"] == current[0]:
-                records[item["index"]] = failed(dict(item["record"]), status, f"rank 0: {reason}")
+        left = [item for item in job["cases"] if item["index"] not in records]
+        blamed = current[0] if current else left[0]["index"] if left else None
+        stopped = f"not run: the ranks stopped after case {blamed} failed"
+        for item in left:
+            if item["index"] == blamed:
+                record = failed(dict(item["record"]), status, f"rank 0: {reason}")
             else:
-                records[item["index"]] = failed(
-                    dict(item["record"]),
-                    "skipped",
-                    f"not run: the ranks stopped after case {current[0] if current else '?'} failed",
-                )
+                record = failed(dict(item["record"]), "skipped", stopped)
+            records[item["index"]] = record
+            sink({"event": "record", "index": item["index"], "record": record})
     finally:
         dist.destroy_process_group()
-    return records, False, participants
+    return records, False, [p for p in participants if p is not None]
 
 
 def _default_dtypes(
@@ -230,7 +243,11 @@ def run_collective(
     progress: Progress | None = None,
     dtypes: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
-    """Records of every AllReduce case (both in-place variants), whether interrupted, and run facts."""
+    """Records of every AllReduce case (both in-place variants), whether interrupted, and run facts.
+
+    What killed runs left behind (launch folders, shared segments) is swept first.
+    """
+    sweep_stale()
     cases, records = _default_dtypes(cases, dtypes)
     expanded = expand(gpu_cases(cases))
     runnable: list[CaseRequest] = []

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-SHM_DIR = Path("/dev/shm")
-#: Every segment hwbench creates starts with this (the launcher sweeps ``PREFIX-TOKEN-*``).
-PREFIX = "hwbench-ar"
+from hwbench.collective.debris import PREFIX, SHM_DIR, owner_token
+
 PAGE = 4096
 #: Messages up to this many bytes take the one-shot path (copy into a slot, one barrier).
 ONESHOT_MAX_BYTES = 64 * 1024
@@ -41,8 +40,9 @@ def _round_up(value: int, to: int) -> int:
 
 
 def segment_name(token: str | None, node: int) -> str:
-    """A fresh segment name for ``node``; ``token`` groups the names of one launch."""
-    return f"{PREFIX}-{token or uuid.uuid4().hex[:12]}-n{node}-{uuid.uuid4().hex[:8]}"
+    """A fresh segment name for ``node``; ``token`` groups the names of one launch (the launcher sweeps
+    ``PREFIX-TOKEN-*``); without one, this process owns the name (:mod:`.debris`)."""
+    return f"{PREFIX}-{token or owner_token()}-n{node}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)

@@ -54,13 +54,21 @@ def _verify(
     return impl.check(out, want)
 
 
-def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, Any]:
-    """Measure one case on this rank; every rank returns the same summary dict."""
+def run_case(
+    impl: Collective, case: dict[str, Any], world: World, mark: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Measure one case on this rank; every rank returns the same summary dict.
+
+    ``mark`` hears each step as it begins (``buffers``, ``check``, ``timing``, ``last check``).
+    """
+    mark = mark or (lambda what: None)
     dtype, count, in_place, seed = case["dtype"], case["count"], bool(case["in_place"]), case["seed"]
+    mark("buffers")
     inp, out = impl.buffers(count, dtype, in_place)
     row, want = row_pattern(world.rank, seed), sum_pattern(world.size, seed)
     op = impl.operation(inp, out, dtype)
 
+    mark("check")
     wrong_before, worst_before = _verify(impl, op, inp, out, row, want)
     totals = _gather(np.array([wrong_before, worst_before]), world)
     if totals[:, 0].sum() > 0:
@@ -73,6 +81,7 @@ def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, 
             "when": "before timing",
         }
 
+    mark("timing")
     op()
     estimate = _max_over_ranks(impl.time_once(op), world)
     warmup = int(min(MAX_WARMUP, case["warmup_s"] / max(estimate, 1e-9)))
@@ -80,6 +89,7 @@ def run_case(impl: Collective, case: dict[str, Any], world: World) -> dict[str, 
     for _ in range(warmup):
         op()
     samples = impl.time_loop(op, iters)
+    mark("last check")
     wrong_after, worst_after = _verify(impl, op, inp, out, row, want)
     rows = _gather(np.concatenate([samples, [wrong_after, worst_after]]), world)
     per_iter = rows[:, :iters].max(axis=0)

@@ -8,7 +8,8 @@ import threading
 import time
 
 from hwbench.collective.rank import follow
-from hwbench.collective.topology import joined_rank
+from hwbench.collective.shm import CollectiveError
+from hwbench.collective.topology import World, joined_rank
 from hwbench.core.errors import UserError
 
 
@@ -20,10 +21,19 @@ def follow_if_joined(args: argparse.Namespace) -> int | None:
     kernels = [k.strip() for k in (args.kernel or "").split(",") if k.strip()]
     if kernels != ["allreduce"]:
         raise UserError("under torchrun (RANK/WORLD_SIZE set) hwbench runs only AllReduce: add --kernel allreduce")
+    _world()
     _exit_with_launcher()
     if rank == 0:
         return None
     return follow(args.timeout)
+
+
+def _world() -> World:
+    """This rank's world from torchrun's variables; UserError when they do not add up."""
+    try:
+        return World.from_env()
+    except CollectiveError as exc:
+        raise UserError(f"{exc} (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK)") from None
 
 
 def _exit_with_launcher() -> None:
@@ -46,7 +56,7 @@ def set_ranks(shapes: dict[str, list[dict[str, int]]], ranks: int | None) -> dic
     if ranks is not None and "allreduce" not in shapes:
         raise UserError("--ranks applies to AllReduce only: add --kernel allreduce")
     if joined_rank() is not None:
-        world = int(os.environ["WORLD_SIZE"])
+        world = _world().size
         if ranks is not None and ranks != world:
             raise UserError(f"--ranks {ranks} differs from torchrun's world of {world} ranks: drop --ranks")
         ranks = world
