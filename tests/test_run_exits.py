@@ -218,3 +218,12 @@ def test_sigterm_during_allreduce_writes_the_file_and_sweeps(tmp_path: Path) -> 
     assert doc["run"]["incomplete"] is True and "ok" in [r["status"] for r in doc["records"]]
     assert (set(shm.iterdir()) if shm.is_dir() else set()) == before
     assert list(scratch.iterdir()) == []
+
+
+def test_the_memory_check_counts_the_ranks_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2**26 fp32 per rank fits 2 ranks here; 64 ranks need far more than the host has: refused first."""
+    out = tmp_path / "r.json"
+    args = ["run", "--kernel", "allreduce", "--shape", f"allreduce:count={2**26}", "--dtype", "fp32"]
+    assert main([*args, "--ranks", "64", "--out", str(out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "ranks=64" in line and "GiB of host memory" in line and not out.exists()

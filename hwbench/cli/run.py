@@ -197,7 +197,6 @@ def main(args: argparse.Namespace) -> int:
     dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
     if dtypes and not any(d in get_kernel(k).dtypes for k in kernels for d in dtypes):
         raise UserError(f"none of the selected kernels has dtype {', '.join(dtypes)}")
-    _check_memory(shapes, dtypes)
     plan = Plan(
         backends=backends,
         kernels=kernels,
@@ -212,6 +211,7 @@ def main(args: argparse.Namespace) -> int:
         command=["hwbench", *sys.argv[1:]],
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
+    _check_memory({k: all_shapes[k] for k in shapes}, dtypes)  # the user's shapes, at their ranks
     catalog = Catalog.load(args.catalog)
     out = fresh_out(args.out)
     results.check_writable(out)
