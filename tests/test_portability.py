@@ -94,10 +94,17 @@ def test_cascade_and_pennycook() -> None:
 
 
 def test_p3_csv(files: list) -> None:
-    rows = list(csv.DictReader(io.StringIO(p3_csv(files))))
-    assert list(rows[0]) == ["problem", "platform", "application", "fom"]
-    assert len(rows) == 7  # every ok case; the failing one has no figure of merit
-    assert {"problem": "gemm fp32 M=256,N=256,K=256", "platform": "GPU X", "application": "llvm", "fom": "1.0"} in rows
+    exported = p3_csv(files)
+    rows = list(csv.DictReader(io.StringIO(exported.text)))
+    assert list(rows[0]) == ["problem", "platform", "application", "fom", "status", "native eff", "native speedup"]
+    assert len(rows) == 8 and exported.duplicates == []  # every case tried, the failing one included
+    problem = "gemm fp32 M=256,N=256,K=256"
+    row = {"problem": problem, "platform": "GPU X", "application": "llvm", "fom": "1.0", "status": "ok"}
+    assert {**row, "native eff": "0.8", "native speedup": "0.8"} in rows
+    failed = {"problem": problem, "platform": "GPU X", "application": "opencl", "fom": "", "status": "runtime_error"}
+    assert {**failed, "native eff": "0.0", "native speedup": ""} in rows  # p3 turns the empty fom into 0
+    fast = {"problem": problem, "platform": "Test CPU", "application": "fast", "fom": "0.8", "status": "ok"}
+    assert {**fast, "native eff": "1.0", "native speedup": "1.25"} in rows  # capped, the raw ratio beside it
 
 
 def test_cli_on_frozen_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +114,7 @@ def test_cli_on_frozen_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "gemm fp32 M=64,N=64,K=64" in text and "PP app" in text
     base = json.loads((DATA / "cpu-base.json").read_text())
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == sum(r["status"] == "ok" for r in base["records"])
+    assert len(rows) == sum(r["impl"] != "*" and bool(r["device"]) for r in base["records"])
     assert main(["pp", str(DATA / "cpu-base.json"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     llvm = next(

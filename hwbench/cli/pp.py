@@ -4,18 +4,21 @@ Per problem (kernel, dtype, shape) and implementation: application efficiency on
 device (t_native / t_impl, against the fastest native there), architectural efficiency
 (achieved / peak), and Pennycook's PP, the harmonic mean over every device that ran the
 problem (0 when the implementation is missing or failing on any of them). --json adds
-cascade-plot data; --csv writes problem,platform,application,fom rows (fom = median
-seconds, lower is better) for the p3-analysis-library.
+cascade-plot data; --csv writes the p3-analysis-library's problem,platform,application,fom
+rows (fom = median seconds, lower is better; empty when skipped or failed) with status,
+the capped efficiency against the fastest native and the raw ratio, one row per key (the
+fastest ok record of several, said on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.decide.portability import p3_csv, portability
+from hwbench.decide.portability import P3Csv, p3_csv, portability
 from hwbench.results.checked import load_checked
 from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
@@ -32,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="write problem,platform,application,fom rows for the p3-analysis-library to this new file "
-        "(never overwritten; '-': stdout)",
+        help="write the p3-analysis-library CSV (problem,platform,application,fom, status, native eff, "
+        "native speedup) to this new file (never overwritten; '-': stdout)",
     )
 
 
@@ -73,6 +76,20 @@ def render(doc: dict[str, Any]) -> str:
     return "\n\n".join(blocks)
 
 
+def duplicates_note(exported: P3Csv) -> str:
+    """One line saying which keys had several records and which one the CSV kept ('' if none)."""
+    if not exported.duplicates:
+        return ""
+    problem, platform, application, origins = exported.duplicates[0]
+    others = len(exported.duplicates) - 1
+    more = f"; and {others} more" if others else ""
+    return (
+        f"hwbench: note: {len(exported.duplicates)} (problem, platform, application) keys have more than one "
+        f"record ({application} on {platform} for {problem}: {', '.join(origins)}{more}); the CSV keeps the "
+        "fastest ok record of each (else the first), as the PP table does"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Print the portability table (or JSON) and write the CSV when asked."""
     to_stdout = args.csv is not None and str(args.csv) == "-"
@@ -80,11 +97,14 @@ def main(args: argparse.Namespace) -> int:
         check_new(args.csv, "--csv")
     files = [load_checked(path) for path in args.files]
     if args.csv is not None:
-        text = p3_csv(files)
+        exported = p3_csv(files)
+        note = duplicates_note(exported)
+        if note:
+            print(note, file=sys.stderr)
         if to_stdout:
-            print(text, end="")
+            print(exported.text, end="")
             return 0
-        write_new(args.csv, text, what="CSV file", option="--csv")
+        write_new(args.csv, exported.text, what="CSV file", option="--csv")
     doc = portability(files)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     return 0

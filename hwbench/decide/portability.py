@@ -13,6 +13,13 @@ library). For each problem, the platform set H is every device with a record of 
   failing on any device of H; unknown (None) when a device has no native baseline or no
   peak, with the reason;
 - cascade: the devices in decreasing efficiency, with the PP of the first k of them.
+
+The p3-analysis-library CSV (:func:`p3_csv`) has one row per (problem, platform,
+application) that was tried: fom = the fastest ok median in seconds (lower is better),
+empty when every run of it was skipped or failed (p3 counts it 0), its status, and
+hwbench's efficiency against the fastest native (capped at 1, 0 when not ok) beside the
+raw ratio. Several records of one key (across files, or two devices of one name) keep the
+fastest ok one, as the PP does; :attr:`P3Csv.duplicates` names them.
 """
 
 from __future__ import annotations
@@ -20,12 +27,20 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from hwbench.results.checked import Loaded
 from hwbench.results.metrics import performance_portability
 
-CSV_COLUMNS = ("problem", "platform", "application", "fom")
+CSV_COLUMNS = ("problem", "platform", "application", "fom", "status", "native eff", "native speedup")
+
+
+class P3Csv(NamedTuple):
+    """The p3 CSV and the keys that had more than one record."""
+
+    text: str
+    duplicates: list[tuple[str, str, str, list[str]]]
+    """(problem, platform, application, the files holding its records), in CSV order."""
 
 
 def problem_name(record: dict[str, Any]) -> str:
@@ -34,13 +49,34 @@ def problem_name(record: dict[str, Any]) -> str:
     return f"{record['kernel']} {record.get('dtype') or '-'} {shape}".strip()
 
 
-def _cases(files: Iterable[Loaded]) -> list[dict[str, Any]]:
-    return [r for f in files for _, r in f.records() if r["impl"] != "*" and r.get("device")]
+def _cases(files: Iterable[Loaded]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Per problem, its case records with the file each came from."""
+    by_problem: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for f in files:
+        for _, r in f.records():
+            if r["impl"] != "*" and r.get("device"):
+                by_problem.setdefault(problem_name(r), []).append((str(f.path), r))
+    return by_problem
 
 
 def _fastest(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     ok = [r for r in records if r["status"] == "ok" and r["timing"].get("median_s")]
     return min(ok, key=lambda r: r["timing"]["median_s"]) if ok else None
+
+
+def _on_device(here: list[dict[str, Any]], impl: str) -> tuple[dict[str, Any] | None, str, float | None]:
+    """Of ``impl`` among a device's records: its fastest ok record, status, t_native / t_impl.
+
+    The status is the first record's when none is ok ("missing" without any); the ratio is
+    None unless ``impl`` is ok and the device has an ok native record.
+    """
+    mine = [r for r in here if r["impl"] == impl]
+    best = _fastest(mine)
+    if best is None:
+        return None, mine[0]["status"] if mine else "missing", None
+    native = _fastest([r for r in here if r.get("impl_kind") == "native"])
+    ratio = None if native is None else native["timing"]["median_s"] / best["timing"]["median_s"]
+    return best, "ok", ratio
 
 
 def _pp(values: dict[str, float | None], unknown: dict[str, str]) -> tuple[float | None, str]:
@@ -76,20 +112,12 @@ def _application(records: list[dict[str, Any]], impl: str, devices: list[str]) -
     unknown_arch: dict[str, str] = {}
     status: dict[str, str] = {}
     for device in devices:
-        here = [r for r in records if r["device"] == device]
-        mine = [r for r in here if r["impl"] == impl]
-        best = _fastest(mine)
+        best, status[device], app_eff[device] = _on_device([r for r in records if r["device"] == device], impl)
         if best is None:
-            status[device] = mine[0]["status"] if mine else "missing"
-            app_eff[device] = arch_eff[device] = None
+            arch_eff[device] = None
             continue
-        status[device] = "ok"
-        native = _fastest([r for r in here if r.get("impl_kind") == "native"])
-        if native is None:
-            app_eff[device] = None
+        if app_eff[device] is None:
             unknown_app[device] = "no ok native record"
-        else:
-            app_eff[device] = native["timing"]["median_s"] / best["timing"]["median_s"]
         pct = best["metrics"].get("pct_peak")
         arch_eff[device] = None if pct is None else pct / 100.0
         if pct is None:
@@ -114,11 +142,9 @@ def _application(records: list[dict[str, Any]], impl: str, devices: list[str]) -
 
 def portability(files: list[Loaded]) -> dict[str, Any]:
     """Per problem: its devices and, per implementation, efficiencies, PP and cascade data."""
-    by_problem: dict[str, list[dict[str, Any]]] = {}
-    for record in _cases(files):
-        by_problem.setdefault(problem_name(record), []).append(record)
     problems = []
-    for name, records in by_problem.items():
+    for name, cases in _cases(files).items():
+        records = [r for _, r in cases]
         devices = list(dict.fromkeys(r["device"] for r in records))
         impls = list(dict.fromkeys(r["impl"] for r in records))
         problems.append(
@@ -134,14 +160,34 @@ def portability(files: list[Loaded]) -> dict[str, Any]:
     return {"kind": "hwbench-portability", "files": [str(f.path) for f in files], "problems": problems}
 
 
-def p3_csv(files: list[Loaded]) -> str:
-    """One row per ok case: problem, platform, application, fom (median seconds, lower is better)."""
+def _number(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+def p3_csv(files: list[Loaded]) -> P3Csv:
+    """The p3-analysis-library CSV: one row per (problem, platform, application) tried.
+
+    Columns :data:`CSV_COLUMNS`: ``fom`` (median seconds, lower is better; empty when not
+    ok), ``status``, ``native eff`` (t_native / t_impl capped at 1, 0 when not ok, empty
+    without an ok native there) and ``native speedup`` (the raw ratio). An application
+    never tried on a platform of the problem has no row (p3's ``pp`` counts it 0).
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    for record in _cases(files):
-        if record["status"] == "ok" and record["timing"].get("median_s"):
-            writer.writerow(
-                [problem_name(record), record["device"], record["impl"], repr(record["timing"]["median_s"])]
-            )
-    return out.getvalue()
+    duplicates = []
+    for name, cases in _cases(files).items():
+        records = [r for _, r in cases]
+        devices = list(dict.fromkeys(r["device"] for r in records))
+        for impl in dict.fromkeys(r["impl"] for r in records):
+            for device in devices:
+                origins = [path for path, r in cases if r["device"] == device and r["impl"] == impl]
+                if not origins:
+                    continue
+                if len(origins) > 1:
+                    duplicates.append((name, device, impl, list(dict.fromkeys(origins))))
+                best, status, ratio = _on_device([r for r in records if r["device"] == device], impl)
+                capped = 0.0 if best is None else None if ratio is None else min(ratio, 1.0)
+                fom = None if best is None else best["timing"]["median_s"]
+                writer.writerow([name, device, impl, _number(fom), status, _number(capped), _number(ratio)])
+    return P3Csv(out.getvalue(), duplicates)
