@@ -63,7 +63,7 @@ def test_run_writes_a_valid_file_and_prints_the_table(small_run) -> None:
     for r in doc["records"]:
         assert r["metrics"]["tflops_per_usd_hour"] == pytest.approx(r["metrics"]["tflops"] / 0.5)
     assert doc["run"]["price"]["source"] == "--price-per-hour"
-    for header in ("kernel", "impl", "dtype", "shape", "status", "TFLOPS", "% peak", "overhead", "parity"):
+    for header in ("kernel", "impl", "dtype", "shape", "status", "TFLOPS", "% peak", "vs native", "parity"):
         assert header in result.stdout
     assert "[1/" in result.stderr  # progress lines
     assert doc["software"]["numpy"] and doc["software"]["llvmlite"] and "OPENBLAS_CORETYPE" in doc["settings"]

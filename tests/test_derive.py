@@ -148,11 +148,20 @@ def test_porting_overhead_against_first_native_twin(derived) -> None:
     assert portable["porting_overhead"] == pytest.approx(1 - 0.01 / 0.02)  # 0.5
 
 
+def test_speed_against_the_first_and_the_fastest_native(derived) -> None:
+    """A ratio people read (0.5x: half the native's speed), against the first native listed and the fastest."""
+    portable = derived["records"][1]["metrics"]
+    assert portable["speed_vs_native"] == pytest.approx(0.01 / 0.02)
+    assert portable["fastest_native_impl"] == "other-native"
+    assert portable["speed_vs_fastest_native"] == pytest.approx(0.005 / 0.02)
+
+
 def test_natives_and_twinless_portables_have_no_overhead(derived) -> None:
     for i in (2, 3, 5, 6):
         m = derived["records"][i]["metrics"]
         assert m["porting_overhead"] is None, derived["records"][i]["impl"]
         assert m["native_impl"] is None
+        assert m["speed_vs_native"] is None and "speed_vs_fastest_native" not in m
 
 
 def test_tflops_per_usd_hour_from_run_price(derived) -> None:

@@ -85,3 +85,13 @@ def test_performance_portability_ignores_nothing_silently() -> None:
     # one platform unsupported among many still gives 0, not the mean of the others
     assert metrics.performance_portability([1.0] * 9 + [None]) == 0.0
     assert not math.isnan(metrics.performance_portability([1.0, 0.0]))
+
+
+def test_speed_ratio_is_bounded_both_ways_in_log() -> None:
+    assert metrics.speed_ratio(1.0, 2.0) == 0.5
+    assert metrics.speed_ratio(5.4, 1.0) == pytest.approx(5.4)
+    # overhead is unbounded below (a portable kernel 600 times faster: -59900 %); the ratio is 600x
+    assert metrics.porting_overhead(600.0, 1.0) == pytest.approx(-599.0)
+    assert metrics.speed_ratio(600.0, 1.0) == pytest.approx(600.0)
+    with pytest.raises(ValueError):
+        metrics.speed_ratio(0.0, 1.0)

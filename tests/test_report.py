@@ -191,3 +191,25 @@ def test_report_never_overwrites(tmp_path: Path, capsys, monkeypatch: pytest.Mon
     assert "report.html already exists" in capsys.readouterr().err
     assert out.read_text() == "someone else's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.html", "r.json", "report.html"]
+
+
+def test_the_overhead_section_shows_speed_ratios_on_a_log_axis() -> None:
+    """t_native / t_portable people can read (0.87x, 5.4x), not an overhead unbounded below."""
+    from hwbench.report import charts, sections
+
+    page = build(_runs("full-cpu.json"))
+    section = page[page.index('<section id="overhead"') :]
+    section = section[: section.index("</section>")]
+    assert "speed against the native, t_native / t_portable (log; right of 1x: faster)" in section
+    assert "median speed" in section and "x the native&#x27;s speed (overhead" in section
+    rows = [
+        dict(r, ratio=v, overhead=1 - v)
+        for r, v in zip(
+            [{"kernel": "gemm", "impl": "a", "native": "n", "dtype": "fp32", "shape": "s"}] * 2,
+            (0.0016, 600.0),
+            strict=True,
+        )
+    ]
+    svg = charts.overhead("t", "t", rows)
+    assert ">0.001x<" in svg and ">1000x<" in svg  # whole decades around both ends
+    assert sections.speed(600.0) == "600x"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hwbench.report.cascade import Cascade
-from hwbench.report.svg import MARKERS, Axis, Plot, color, data_range, fmt_bytes, fmt_percent
+from hwbench.report.svg import MARKERS, Axis, Plot, color, data_range, fmt_bytes
 
 DTYPE_MARKERS = {"fp32": "circle", "fp64": "square", "fp16": "triangle", "bf16": "diamond", "tf32": "triangle"}
 ROOF_DASH = ("", "6 3", "2 3", "8 3 2 3")
@@ -60,16 +60,28 @@ def roofline(
     return plot.render()
 
 
+def fmt_ratio(value: float) -> str:
+    """A speed ratio as an axis label: ``0.1x``, ``1x``, ``10x``."""
+    return f"{value:g}x"
+
+
 def overhead(ident: str, title: str, rows: list[dict[str, Any]]) -> str:
-    """Horizontal bars of porting overhead per case (positive: slower than the native)."""
-    values = [r["overhead"] for r in rows]
-    lo, hi = data_range(values, log=False, include_zero=True)
+    """Horizontal bars of each case's speed against its native, t_native / t_portable, on a log
+    axis from 1x (left of it: slower than the native, right: faster), with the overhead in the tips."""
+    values = [r["ratio"] for r in rows]
+    lo, hi = data_range([*values, 1.0], log=True)
     n = len(rows)
     ticks = [(n - 1 - i, f"{r['kernel']} {r['impl']} {r['dtype']} {r['shape']}") for i, r in enumerate(rows)]
     plot = Plot(
         ident,
         title,
-        Axis("porting overhead 1 − t_native / t_portable (+: slower than native)", lo, hi, fmt=fmt_percent),
+        Axis(
+            "speed against the native, t_native / t_portable (log; right of 1x: faster)",
+            lo,
+            hi,
+            log=True,
+            fmt=fmt_ratio,
+        ),
         Axis("", -0.6, n - 0.4, ticks=ticks),
         width=700,
         height=max(200, 90 + 22 * n),
@@ -77,14 +89,14 @@ def overhead(ident: str, title: str, rows: list[dict[str, Any]]) -> str:
         legend_width=130,
     )
     colors = _series_colors([r["kernel"] for r in rows])
-    plot.line([0, 0], [-0.6, n - 0.4], "#333", width=1)
+    plot.line([1.0, 1.0], [-0.6, n - 0.4], "#333", width=1)
     for i, r in enumerate(rows):
         y = n - 1 - i
         tip = (
-            f"{r['kernel']} {r['impl']} vs {r['native']} {r['dtype']} {r['shape']}: overhead "
-            f"{r['overhead'] * 100:+.1f}%"
+            f"{r['kernel']} {r['impl']} vs {r['native']} {r['dtype']} {r['shape']}: {r['ratio']:.3g}x the native's "
+            f"speed (overhead {r['overhead'] * 100:+.1f}%)"
         )
-        plot.bar(0, y - 0.32, r["overhead"], y + 0.32, colors[r["kernel"]], tip)
+        plot.bar(1.0, y - 0.32, r["ratio"], y + 0.32, colors[r["kernel"]], tip)
         plot.add_legend(str(r["kernel"]), colors[r["kernel"]], marker="square")
     return plot.render()
 

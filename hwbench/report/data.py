@@ -181,6 +181,8 @@ def overhead_rows(all_rows: list[Row]) -> list[dict[str, Any]]:
                 "dtype": r.get("dtype") or "",
                 "shape": shape_text(r.get("shape")),
                 "overhead": overhead,
+                # t_native / t_portable; older files have only the overhead, which is 1 - that ratio
+                "ratio": num(m.get("speed_vs_native")) or 1.0 - overhead,
                 "median_s": _median_s(r),
                 "native_median_s": _median_s(native) if native else None,
             }

@@ -23,6 +23,7 @@ from hwbench.report.data import (
 )
 from hwbench.report.html import Raw, fmt, no_data, note, pair, seconds, table
 from hwbench.report.svg import fmt_bytes
+from hwbench.results.tables import speed
 
 
 def _slug(text: str) -> str:
@@ -88,7 +89,7 @@ def overhead(rows: list[Row]) -> str:
         return no_data("no portable case has an ok native twin on the same device, shape and dtype")
     groups = _by_device(found, key=lambda r: (r["backend"], r["kernel"], r["impl"], r["native"]))
     summary = table(
-        ["backend", "kernel", "portable", "vs native", "cases", "median overhead", "best", "worst"],
+        ["backend", "kernel", "portable", "vs native", "cases", "median speed", "slowest", "fastest"],
         [
             [
                 b,
@@ -96,9 +97,9 @@ def overhead(rows: list[Row]) -> str:
                 i,
                 n,
                 len(g),
-                fmt(median(x["overhead"] for x in g) * 100, "+.1f", "%"),
-                fmt(min(x["overhead"] for x in g) * 100, "+.1f", "%"),
-                fmt(max(x["overhead"] for x in g) * 100, "+.1f", "%"),
+                speed(median(x["ratio"] for x in g)),
+                speed(min(x["ratio"] for x in g)),
+                speed(max(x["ratio"] for x in g)),
             ]
             for (b, k, i, n), g in groups.items()
         ],
@@ -106,20 +107,22 @@ def overhead(rows: list[Row]) -> str:
     )
     parts = [
         note(
-            "Porting overhead = 1 − t_native / t_portable on the same device, shape and dtype: 0 is as fast "
-            "as the vendor library, +50% half its speed, negative faster."
+            "Speed against the native = t_native / t_portable on the same device, shape and dtype: 1x is as "
+            "fast as the vendor library, 0.5x half its speed, 5x five times as fast (the results files also "
+            "keep the porting overhead, 1 − that ratio)."
         ),
         summary,
     ]
     for device, items in _by_device(found, key=lambda r: r["device"]).items():
         svg = charts.overhead(f"overhead-{_slug(device.label)}", f"Porting overhead: {device.label}", items)
         numbers = table(
-            ["kernel", "impl", "dtype", "overhead", "portable", "native", "shape"],
+            ["kernel", "impl", "dtype", "vs native", "overhead", "portable", "native", "shape"],
             [
                 [
                     r["kernel"],
                     r["impl"],
                     r["dtype"],
+                    speed(r["ratio"]),
                     fmt(r["overhead"] * 100, "+.1f", "%"),
                     seconds(r["median_s"]),
                     f"{seconds(r['native_median_s'])} ({r['native']})",
@@ -127,7 +130,7 @@ def overhead(rows: list[Row]) -> str:
                 ]
                 for r in items
             ],
-            numeric=(3, 4, 5),
+            numeric=(3, 4, 5, 6),
         )
         parts.append(f"<h3>{escape(device.label)}</h3>" + pair(svg, numbers))
     return "\n".join(parts)

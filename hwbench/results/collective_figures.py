@@ -31,7 +31,8 @@ def bandwidths(record: dict[str, Any], kernel: Any) -> dict[str, float]:
 
 
 def per_native_overheads(records: list[dict[str, Any]]) -> None:
-    """``metrics.porting_overheads[native]`` of every portable collective record, in place."""
+    """``metrics.porting_overheads[native]`` and ``metrics.speeds_vs_natives[native]`` (t_native /
+    t_portable) of every portable collective record, in place."""
     natives: dict[tuple[Any, ...], dict[str, float]] = {}
     for r in records:
         if r["kernel"] == "allreduce" and r.get("impl_kind") == "native" and r["status"] == "ok":
@@ -41,6 +42,9 @@ def per_native_overheads(records: list[dict[str, Any]]) -> None:
             twins = natives.get(metrics.case_key(r), {})
             r["metrics"]["porting_overheads"] = {
                 name: metrics.porting_overhead(t, r["timing"]["median_s"]) for name, t in twins.items()
+            }
+            r["metrics"]["speeds_vs_natives"] = {
+                name: metrics.speed_ratio(t, r["timing"]["median_s"]) for name, t in twins.items()
             }
 
 

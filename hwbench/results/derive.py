@@ -64,6 +64,17 @@ def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, A
     return natives
 
 
+def _fastest_natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The fastest ok native record of each case (the best a user can get from a vendor library)."""
+    fastest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        if record.get("impl_kind") == "native" and record["status"] == "ok":
+            key = metrics.case_key(record)
+            if key not in fastest or record["timing"]["median_s"] < fastest[key]["timing"]["median_s"]:
+                fastest[key] = record
+    return fastest
+
+
 def _host_native(
     natives: dict[tuple[Any, ...], dict[str, Any]], record: dict[str, Any], device: dict[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -117,10 +128,12 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
         except Exception as exc:  # a kernel's or backend's figure that breaks the formulas
             failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
     natives = _natives(doc["records"])
+    fastest = _fastest_natives(doc["records"])
     for number, figures in gated.items():
         record = doc["records"][number]
         try:
             _fill(doc, record, figures, devices, natives, catalog)
+            _against_fastest(record, fastest)
         except Exception as exc:
             record["metrics"] = empty_metrics()
             failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
@@ -130,6 +143,17 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
         collective.summarize(doc)
     except Exception as exc:
         doc.setdefault("warnings", []).append(f"collective figures not derived: {error_line(exc)}")
+
+
+def _against_fastest(record: dict[str, Any], fastest: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+    """A portable record's speed against the fastest native of its case (which need not be the first listed)."""
+    native = fastest.get(metrics.case_key(record))
+    if record.get("impl_kind") != "portable" or native is None:
+        return
+    record["metrics"]["fastest_native_impl"] = native["impl"]
+    record["metrics"]["speed_vs_fastest_native"] = metrics.speed_ratio(
+        native["timing"]["median_s"], record["timing"]["median_s"]
+    )
 
 
 def _drop_broken_peaks(doc: dict[str, Any], devices: dict[tuple[Any, ...], dict[str, Any]]) -> None:
@@ -170,12 +194,14 @@ def _fill(
             "price_source": quote[1] if quote else None,
             "native_impl": None,
             "porting_overhead": None,
+            "speed_vs_native": None,
         }
     )
     native = natives.get(metrics.case_key(record))
     if record.get("impl_kind") == "portable" and native is not None:
         out["native_impl"] = native["impl"]
         out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
+        out["speed_vs_native"] = metrics.speed_ratio(native["timing"]["median_s"], median)
     host = _host_native(natives, record, device)
     if host is not None:
         out["host_native_impl"] = host["impl"]

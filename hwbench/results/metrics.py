@@ -63,6 +63,17 @@ def porting_overhead(t_native: float, t_portable: float) -> float:
     return 1.0 - t_native / t_portable
 
 
+def speed_ratio(t_native: float, t_portable: float) -> float:
+    """The portable implementation's speed relative to the native: ``t_native / t_portable``.
+
+    1 is as fast, 0.87 is 87 % of its speed, 5.4 is 5.4 times as fast; unlike the porting
+    overhead it is bounded on both sides in a log plot (``log(ratio)`` is symmetric).
+    """
+    if t_native <= 0 or t_portable <= 0:
+        raise ValueError("times must be positive")
+    return t_native / t_portable
+
+
 def per_usd_hour(achieved_tflops: float, usd_per_hour: float | None) -> float | None:
     """TFLOPS per USD/hour of rental, or None without a price."""
     if not usd_per_hour or usd_per_hour <= 0:

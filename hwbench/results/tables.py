@@ -24,7 +24,7 @@ HEADERS = (
     "TFLOPS",
     "GB/s",
     "% peak",
-    "overhead",
+    "vs native",
     "parity",
 )
 
@@ -45,6 +45,11 @@ def seconds(value: float | None) -> str:
         if value >= scale:
             return f"{value / scale:.3g} {unit}"
     return f"{value / 1e-9:.3g} ns"
+
+
+def speed(ratio: float | None) -> str:
+    """A speed ratio as people read it: ``0.87x`` (87 % of the native's speed), ``5.4x``; '-' for None."""
+    return "-" if ratio is None else f"{ratio:.3g}x"
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -85,7 +90,7 @@ def device_id(record: dict[str, Any]) -> str:
 def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
     """One table row of a record (with its ``BACKEND:INDEX`` after the backend when ``device``)."""
     m, t = record["metrics"], record["timing"]
-    overhead = m.get("porting_overhead")
+    ratio = m.get("speed_vs_native")
     return (
         record["backend"],
         *((device_id(record),) if device else ()),
@@ -98,7 +103,7 @@ def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
         _num(m.get("tflops"), ".4g"),
         _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
         _num(m.get("pct_peak"), ".1f"),
-        "-" if overhead is None else f"{overhead:+.0%}",
+        speed(ratio),
         _parity(record["parity"]),
     )
 
@@ -107,7 +112,7 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     """Rows aligned under headers (numbers right-aligned), every cell made printable."""
     rows = [tuple(printable(c) for c in r) for r in (headers, *rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
-    right = {"median", "TFLOPS", "GB/s", "% peak", "overhead"}
+    right = {"median", "TFLOPS", "GB/s", "% peak", "vs native"}
     lines = []
     for n, r in enumerate(rows):
         cells = [
