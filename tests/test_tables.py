@@ -51,3 +51,19 @@ def test_one_device_needs_no_device_column() -> None:
     header = next(line for line in text.splitlines() if line.startswith("backend ") and "status" in line)
     assert header.split()[:2] == ["backend", "kernel"]
     assert "backend opencl: Host CPU (PoCL)" in text
+
+
+def test_the_progress_line_shows_the_elapsed_time() -> None:
+    import io
+
+    from hwbench.results.tables import ProgressLine, elapsed
+    from hwbench.run.case import CaseRequest
+
+    now = [100.0]
+    stream = io.StringIO()
+    progress = ProgressLine(stream, clock=lambda: now[0])
+    case = CaseRequest("gemm", "numpy", "cpu", 0, "fp32", SHAPE)
+    now[0] = 107.4
+    progress(1, 3, record("gemm", "numpy", "fp32", SHAPE, median=2e-3), case)
+    assert stream.getvalue() == "[1/3 0:07] cpu gemm numpy fp32 M=8,N=8,K=8 ok 2 ms\n"
+    assert (elapsed(59.9), elapsed(754), elapsed(3723)) == ("0:59", "12:34", "1:02:03")

@@ -161,7 +161,7 @@ def test_a_stop_signal_saves_finished_cases_and_leaves_no_process(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the good case is done and the hang has started
         line = proc.stderr.readline()
-        if "[1/2]" in line or not line:
+        if "[1/2 " in line or not line:
             break
     time.sleep(1.0)
     proc.send_signal(stop)

@@ -7,7 +7,8 @@ Names and reasons come from results files and drivers: every cell and line is pr
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from hwbench.core.text import printable
@@ -180,17 +181,28 @@ def _notes(records: list[dict[str, Any]], device: bool = False) -> list[str]:
     return [""] + [printable(line) for line in lines] if lines else []
 
 
-class ProgressLine:
-    """One line per finished case (a live counter on a terminal)."""
+def elapsed(seconds_: float) -> str:
+    """Wall time so far as a clock: ``0:07``, ``12:34``, ``1:02:03``."""
+    whole = int(seconds_)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+
+class ProgressLine:
+    """One line per finished case (a live counter on a terminal), with the run's elapsed time."""
+
+    def __init__(self, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.live = stream.isatty()
+        self.clock = clock
+        self.started = clock()
 
     def __call__(self, number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
         assert case is not None
         what = printable(
-            f"[{number}/{total}] {case.backend} {case.kernel} {case.impl} {case.dtype} {_shape(case.shape)}"
+            f"[{number}/{total} {elapsed(self.clock() - self.started)}] {case.backend} {case.kernel} {case.impl} "
+            f"{case.dtype} {_shape(case.shape)}"
         )
         if record is None:
             if self.live:
