@@ -1,5 +1,6 @@
-"""Check results files against the JSON Schema, after migrating them; every schema problem
-of an invalid file is listed.
+"""Check results files against the JSON Schema (closed records, figures never negative, RFC 3339
+times) and for finite numbers, after migrating them: the rule every command that reads a
+results file applies. Every problem of an invalid file is listed.
 
   hwbench validate results/*.json
 """
@@ -7,12 +8,12 @@ of an invalid file is listed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from hwbench.core.errors import UserError
-from hwbench.results.files import load, validate
+from hwbench.core.text import printable
+from hwbench.results.files import read, validate
 
 HELP = "check results files against the JSON Schema"
 
@@ -23,19 +24,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """One line per file: valid, or what is wrong with it; 1 when any file is invalid."""
+    """One line per file: valid, or what is wrong with it (every problem listed); 1 when any file is invalid.
+
+    The rule is the one every command applies when it reads a results file.
+    """
     bad = 0
     for path in args.files:
         try:
-            doc = load(path)
+            doc = read(path)
         except UserError as exc:
             bad += 1
-            print(f"{exc}", file=sys.stderr)
-            try:  # list every schema problem, not just the first
-                for problem in validate(json.loads(Path(path).read_text()))[1:]:
-                    print(f"  {problem}", file=sys.stderr)
-            except Exception:  # unreadable or not JSON: the one line above says so
-                pass
+            print(printable(exc), file=sys.stderr)
             continue
-        print(f"{path}: valid (schema_version {doc['schema_version']}, {len(doc['records'])} records)")
+        problems = validate(doc)
+        if problems:
+            bad += 1
+            print(printable(f"{path}: invalid results file: {len(problems)} problem(s)"), file=sys.stderr)
+            for problem in problems:
+                print(f"  {printable(problem)}", file=sys.stderr)
+            continue
+        print(printable(f"{path}: valid (schema_version {doc['schema_version']}, {len(doc['records'])} records)"))
     return 1 if bad else 0

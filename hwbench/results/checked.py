@@ -1,29 +1,19 @@
 """Results files as downstream commands (score, compare, pp) read them.
 
-:func:`load_checked` is :func:`hwbench.results.load` plus a check of every figure those
-commands use: JSON has no NaN, but Python's parser accepts ``NaN`` and ``Infinity``, and
-the schema cannot say that a throughput is never negative. A bad figure is one line
-naming the file and the record, never a silently wrong ranking.
+:func:`load_checked` is :func:`hwbench.results.load`, whose one validity rule (the schema
+and finite numbers, as ``hwbench validate`` checks) covers every figure those commands
+use: a NaN, infinite or negative figure is one line naming the file and the record, never
+a silently wrong ranking. It answers the document with where it came from.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hwbench.core.errors import UserError
 from hwbench.results import files as results
-
-#: Figures that must be finite and >= 0 wherever they are present (None means "not measured").
-NON_NEGATIVE = {
-    "timing": ("median_s", "iqr_s", "mean_s", "std_s", "min_s", "max_s", "q1_s", "q3_s", "p99_s", "cv"),
-    "metrics": ("tflops", "gbps", "pct_peak", "peak_tflops", "tflops_per_usd_hour", "usd_per_hour", "iops"),
-}
-#: Figures that may be negative but must be finite (a portable kernel faster than the native).
-FINITE = {"metrics": ("porting_overhead",)}
 
 
 @dataclass(frozen=True)
@@ -59,36 +49,7 @@ class Loaded:
         return "cpu" if record.get("backend") == "cpu" else "unknown"
 
 
-def _bad(path: Path, index: int, field: str, value: Any, rule: str) -> UserError:
-    return UserError(f"{path}: records[{index}].{field} is {value!r}, {rule}; fix or re-run that case")
-
-
-def check_figures(path: Path, doc: dict[str, Any]) -> None:
-    """Raise UserError on the first NaN, infinite or negative figure of any record."""
-    for index, record in enumerate(doc["records"]):
-        for section, names in NON_NEGATIVE.items():
-            values = record.get(section) or {}
-            for name in names:
-                value = values.get(name)
-                if value is None:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise _bad(path, index, f"{section}.{name}", value, "not a finite number")
-                if value < 0:
-                    raise _bad(path, index, f"{section}.{name}", value, "negative")
-        for section, names in FINITE.items():
-            for name in names:
-                value = (record.get(section) or {}).get(name)
-                if value is not None and not math.isfinite(value):
-                    raise _bad(path, index, f"{section}.{name}", value, "not a finite number")
-        for sample in (record.get("timing") or {}).get("samples_s", []):
-            if not math.isfinite(sample) or sample < 0:
-                raise _bad(path, index, "timing.samples_s", sample, "a sample must be a finite time >= 0")
-
-
 def load_checked(path: str | Path) -> Loaded:
-    """Load, validate and figure-check one results file; UserError (one line) on any problem."""
+    """Load and validate one results file; UserError (one line) on any problem."""
     path = Path(path)
-    doc = results.load(path)
-    check_figures(path, doc)
-    return Loaded(path, doc)
+    return Loaded(path, results.load(path))

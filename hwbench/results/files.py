@@ -7,17 +7,22 @@ writes); the loader migrates older versions and refuses newer ones.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import gc
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import KIND, SCHEMA_VERSION, STATUSES, finite  # defined with the records; read from here too
+from hwbench.core.text import MAX_RESULTS_BYTES, read_regular_text
+from hwbench.results.schema.validator import Validator
 
 __all__ = [
     "KIND",
@@ -32,6 +37,7 @@ __all__ = [
     "free_path",
     "load",
     "migrate",
+    "read",
     "save",
     "schema",
     "validate",
@@ -48,19 +54,26 @@ def _from_v1(doc: dict[str, Any]) -> dict[str, Any]:
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 
 
-def schema() -> dict[str, Any]:
-    """The JSON Schema of the current results format."""
-    text = resources.files("hwbench.results.schema").joinpath(f"results-v{SCHEMA_VERSION}.json").read_text()
-    return json.loads(text)
+def schema(version: int | None = None) -> dict[str, Any]:
+    """The JSON Schema of the results format ``version`` (default: the current one)."""
+    name = f"results-v{SCHEMA_VERSION if version is None else version}.json"
+    return json.loads(resources.files("hwbench.results.schema").joinpath(name).read_text())
+
+
+@functools.cache
+def _validator(version: int) -> Validator:
+    """The validator of one schema version, compiled once per process (a cache of generated code)."""
+    return Validator(schema(version))
 
 
 def validate(doc: Any) -> list[str]:
-    """Schema violations of ``doc`` as human lines (empty when valid).
+    """Every problem of ``doc`` as a line ``PATH: WHAT`` (empty when valid): the one validity rule.
 
-    An older document is checked as :func:`load` reads it: migrated first (on a copy).
+    The schema (closed records, figures never negative, RFC 3339 times, a reason for every
+    status but ok) and finite numbers; :func:`load`, and so every command that reads a
+    results file, applies the same. An older document is checked as :func:`load` reads
+    it: migrated first (on a copy).
     """
-    import jsonschema
-
     if isinstance(doc, dict):
         version = doc.get("schema_version")
         if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
@@ -68,10 +81,8 @@ def validate(doc: Any) -> list[str]:
                 doc = migrate(copy.deepcopy(doc))
             except UserError as exc:
                 return [f"schema_version: {exc}"]
-
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
+    with _no_collection():
+        return _validator(SCHEMA_VERSION).errors(doc)
 
 
 def migrate(doc: dict[str, Any]) -> dict[str, Any]:
@@ -92,30 +103,49 @@ def migrate(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read, migrate and validate a results file; UserError with one line on any problem."""
-    path = Path(path)
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """Cyclic garbage collection held off: parsing and checking a document make millions of
+    objects and no cycle, and collections triggered by them would double the time a large
+    file takes."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
-    if not text.strip():
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """Read, parse and migrate a results file, without validating it; UserError (one line) on any problem."""
+    path = Path(path)
+    text = read_regular_text(path, MAX_RESULTS_BYTES, "results file")
+    if not text or text.isspace():
         raise UserError(f"{path}: the file is empty, not an hwbench results file")
     try:
-        doc = json.loads(text)
+        with _no_collection():
+            doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); the file may be truncated"
         ) from None
+    except (ValueError, RecursionError) as exc:  # a number of too many digits, arrays nested too deep
+        raise UserError(f"{path}: not a JSON document hwbench can read ({exc.__class__.__name__}: {exc})") from None
+    del text  # a large file is held once: as text while parsed, then as the document
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not an hwbench results file (top level is not an object)")
     try:
-        doc = migrate(doc)
+        return migrate(doc)
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-    problems = validate(doc)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read, migrate and validate (:func:`validate`) a results file; UserError with one line on any problem."""
+    with _no_collection():  # one window for both: no collection between them either
+        doc = read(path)
+        problems = validate(doc)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"{path}: invalid results file: {problems[0]}{more}; `hwbench validate` lists all")
