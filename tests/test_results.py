@@ -421,12 +421,14 @@ def test_load_missing_file(tmp_path: Path) -> None:
 
 
 def test_load_a_folder_or_binary_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="is a folder, not a regular file"):
         results.load(tmp_path)
     binary = tmp_path / "bin.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="bin.json is not UTF-8 text"):
         results.load(binary)
+    with pytest.raises(UserError, match="is a character device, not a regular file"):
+        results.load("/dev/zero")
 
 
 def _set_status(doc, value):

@@ -315,9 +315,9 @@ def _bad_results(tmp_path: Path) -> list[tuple[str, str]]:
     sample = json.loads(good)
     sample["records"][2]["timing"]["samples_s"][0] = float("inf")
     for name, bad, expected in (
-        ("nan.json", nan, "records[0].metrics.tflops is nan, not a finite number"),
-        ("negative.json", negative, "records[1].metrics.tflops is -2.0, negative"),
-        ("sample.json", sample, "records[2].timing.samples_s is inf"),
+        ("nan.json", nan, "records[0].metrics.tflops: nan is not a finite number"),
+        ("negative.json", negative, "records[1].metrics.tflops: -2.0 is below the minimum 0"),
+        ("sample.json", sample, "records[2].timing.samples_s[0]: inf is not a finite number"),
     ):
         cases[name] = (json.dumps(bad), expected)
     assert f'"schema_version": {SCHEMA_VERSION + 1}' in cases["newer.json"][0]
@@ -333,6 +333,9 @@ def test_bad_results_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         _one_line_error(["score", path], capsys, expected)
         _one_line_error(["compare", str(DATA / "cpu-base.json"), path], capsys, expected)
         _one_line_error(["pp", path], capsys, expected)
+        _one_line_error(["show", path], capsys, expected)  # one validity rule: show and validate refuse it too
+        assert main(["validate", path]) == 1
+        assert expected in capsys.readouterr().err
 
 
 def test_platform_names_must_differ(capsys: pytest.CaptureFixture[str]) -> None:
