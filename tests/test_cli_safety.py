@@ -3,6 +3,7 @@ checked before work, the same writer for every output."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -63,3 +64,98 @@ def test_compile_refuses_an_unwritable_out_before_compiling(tmp_path: Path, caps
     assert code == 2
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_run_help_reads_in_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    positions = [text.index(f"\n{title}:\n") for title in ("what to run", "how to measure", "cost", "output")]
+    assert positions == sorted(positions)
+    assert "-o OUT, --out OUT" in text and "-q, --quiet" in text and "--json" in text
+
+
+def _cpu_run(*args: str) -> list[str]:
+    return [
+        "run",
+        "--backend",
+        "cpu",
+        "--impl",
+        "numpy",
+        "--dtype",
+        "fp32",
+        "--shape",
+        "gemm:M=8,N=8,K=8",
+        "--budget",
+        "0.01",
+        *args,
+    ]
+
+
+def test_run_json_prints_the_document_on_stdout_and_the_table_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    assert main(_cpu_run("--json", "-q", "-o", str(out))) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == json.loads(out.read_text())
+    assert "M=8,N=8,K=8" in captured.err and f"results: {out}" in captured.err
+
+
+def test_out_dash_writes_the_document_to_stdout_and_no_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(_cpu_run("-o", "-", "--quiet")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["records"][0]["status"] == "ok"
+    assert "M=8,N=8,K=8" in captured.err and "results:" not in captured.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_warnings_go_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hwbench.core.registry import get_backend
+
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=cheating_backend:CheatingBackend")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("HWBENCH_CHEAT_PEAK", "nan")  # the derived metrics warn that the peak was dropped
+    get_backend.cache_clear()
+    try:
+        main(
+            [
+                "run",
+                "--backend",
+                "cheat",
+                "--impl",
+                "honest",
+                "--shape",
+                "gemm:M=8,N=8,K=8",
+                "--budget",
+                "0.01",
+                "-q",
+                "-o",
+                str(tmp_path / "r.json"),
+            ]
+        )
+    finally:
+        get_backend.cache_clear()
+    captured = capsys.readouterr()
+    assert "hwbench: warning: cheat:0 reported a fp32 peak that is not a number" in captured.err
+    assert "warning:" not in captured.out
+
+
+def test_probe_and_compile_take_out_dash_for_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["probe", "storage", "--dir", str(tmp_path), "--size", "1MiB", "--runtime", "1", "-o", "-"])
+    captured = capsys.readouterr()
+    assert code in (0, 1) and json.loads(captured.out)["records"][0]["kernel"] == "storage"
+    assert "results:" not in captured.err
+    code = main(["compile", "--target", "sm_90", "--kernel", "gemm", "--impl", "llvm", "-q", "-o", "-"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["compile"]
+    assert "wrote the document to stdout" in captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -20,12 +20,12 @@ import os
 import sys
 import time
 
-from hwbench.cli.options import add_out, fresh_out
+from hwbench.cli.options import add_out, add_quiet, emit, fresh_out, to_stdout
 from hwbench.compile.jobs import IMPLS, compile_document, compiled_kernels, parse_targets, plan_jobs, run_jobs
 from hwbench.compile.stats import summary_lines
 from hwbench.core.records import now
 from hwbench.core.registry import parse_names
-from hwbench.results.files import check_writable, save
+from hwbench.results.files import check_writable
 
 HELP = "compile every GPU kernel for GPU architectures (no GPU needed) and record registers, spills, memory"
 
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impl", default=None, help="comma list: triton,llvm (default: both)")
     add_out(parser, "hwbench-compile-HOST-TIME.json")
     parser.add_argument("--jobs", type=int, default=0, help="parallel compiler processes (default: cores)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_quiet(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,15 +50,17 @@ def main(args: argparse.Namespace) -> int:
     targets = parse_targets(args.target)
     kernels = parse_names(args.kernel, compiled_kernels(), "--kernel", known_label="known")
     impls = parse_names(args.impl, list(IMPLS), "--impl", known_label="known")
-    out = fresh_out(args.out, "compile")
-    check_writable(out)
+    out = None if to_stdout(args.out) else fresh_out(args.out, "compile")
+    if out is not None:
+        check_writable(out)
     started = now()
     t0 = time.perf_counter()
     jobs = plan_jobs(targets, kernels, impls)
     workers = args.jobs if args.jobs and args.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
     records = run_jobs(jobs, max(1, workers), progress=not args.quiet)
-    path = save(compile_document(records, started, ["hwbench", *sys.argv[1:]]), out, next_free=True)
+    path, stream = emit(compile_document(records, started, ["hwbench", *sys.argv[1:]]), out)
     for line in summary_lines(records):
-        print(line)
-    print(f"wrote {path} ({len(records)} compile records, {time.perf_counter() - t0:.1f} s)")
+        print(line, file=stream)
+    where = f"wrote {path}" if path else "wrote the document to stdout"
+    print(f"{where} ({len(records)} compile records, {time.perf_counter() - t0:.1f} s)", file=stream)
     return 1 if any(r["status"] in ("compile_error", "crashed", "timeout") for r in records) else 0

@@ -2,22 +2,46 @@
 
 from __future__ import annotations
 
-import argparse
 import math
+import sys
 from pathlib import Path
+from typing import Any, Protocol, TextIO
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import default_out
+from hwbench.results import files as results
 
 
-def add_out(parser: argparse.ArgumentParser, default_name: str) -> None:
-    """``--out FILE``: the results file to write, never overwritten (``default_name`` in results/)."""
+class Options(Protocol):
+    """A parser or an argument group of one: what takes options."""
+
+    def add_argument(self, *names: str, **how: Any) -> Any: ...
+
+
+#: ``--out -``: the document goes to stdout (and what is usually printed there, to stderr).
+STDOUT = Path("-")
+
+
+def add_out(parser: Options, default_name: str) -> None:
+    """``-o/--out FILE``: the results file to write, never overwritten (``default_name`` in
+    results/); ``-`` writes the document to stdout instead."""
     parser.add_argument(
+        "-o",
         "--out",
         type=Path,
         default=None,
-        help=f"results file to write (never overwritten; default: results/{default_name})",
+        help=f"results file to write (never overwritten; default: results/{default_name}; '-': stdout)",
     )
+
+
+def add_quiet(parser: Options) -> None:
+    """``-q/--quiet``: no progress lines."""
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def to_stdout(out: Path | None) -> bool:
+    """Whether ``--out`` asks for the document on stdout (``-``)."""
+    return out == STDOUT
 
 
 def positive_seconds(value: float, flag: str) -> float:
@@ -33,3 +57,13 @@ def fresh_out(out: Path | None, kind: str | None = None) -> Path:
     if path.exists():
         raise UserError(f"{path} already exists; hwbench never overwrites a results file: choose another --out")
     return path
+
+
+def emit(doc: dict[str, Any], out: Path | None) -> tuple[Path | None, TextIO]:
+    """Write a results document where ``--out`` says: stdout for ``-``, else the file ``out``
+    (the next free name if it was taken meanwhile). Returns the path written (None for stdout)
+    and the stream the human-readable output then goes to (stderr when stdout holds the document)."""
+    if out is None or to_stdout(out):
+        print(results.dumps(doc), end="", flush=True)
+        return None, sys.stderr
+    return results.save(doc, out, next_free=True), sys.stdout

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import fresh_out, positive_seconds
+from hwbench.cli.options import add_out, emit, fresh_out, positive_seconds, to_stdout
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", type=Path, required=True, help="folder on the file system to probe (e.g. the shared one)")
     p.add_argument("--size", default="256MiB", help="size of the test file (default 256MiB)")
     p.add_argument("--runtime", type=int, default=10, help="seconds of random reads (default 10)")
-    p.add_argument("--out", type=Path, default=None, help="results file to write (never overwritten)")
+    add_out(p, "probe-NAME-HOST-TIME.json")
     p = sub.add_parser("startup", help="time from process launch to the first GEMM step, cold and warm caches")
     p.add_argument(
         "--backend", default="auto", help="backend to start (default: the first with an accelerator, else cpu)"
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=int, default=0, help="device index within the backend (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="fresh processes per cache state (default 3)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per process (default 600)")
-    p.add_argument("--out", type=Path, default=None, help="results file to write (never overwritten)")
+    add_out(p, "probe-NAME-HOST-TIME.json")
 
 
 def _describe(names: list[str], timeout: float) -> list[dict[str, Any]]:
@@ -160,8 +160,9 @@ def main(args: argparse.Namespace) -> int:
     """Run the probe, write its results file, print the table; 1 when the probe failed."""
     if getattr(args, "timeout", None) is not None:
         positive_seconds(args.timeout, "--timeout")
-    out = fresh_out(args.out, f"probe-{args.probe}")
-    results.check_writable(out)
+    out = None if to_stdout(args.out) else fresh_out(args.out, f"probe-{args.probe}")
+    if out is not None:
+        results.check_writable(out)
     doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
         record = run_storage(args.dir, parse_size(args.size), args.runtime)
@@ -173,11 +174,12 @@ def main(args: argparse.Namespace) -> int:
     else:
         doc["records"] = _startup(args, doc)
     doc["run"]["finished"] = now()
-    saved = results.save(doc, out, next_free=True)
-    print(summary(doc))
+    saved, stream = emit(doc, out)
+    print(summary(doc), file=stream)
     for line in _figures(doc["records"]):
-        print(line)
-    print(f"\nresults: {saved}")
+        print(line, file=stream)
+    if saved is not None:
+        print(f"\nresults: {saved}", file=stream)
     bad = [r for r in doc["records"] if r["status"] not in ("ok", "skipped")]
     if bad:
         print(f"hwbench: the {args.probe} probe failed (see the reason above)", file=sys.stderr)

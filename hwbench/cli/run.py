@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import add_out, fresh_out, positive_seconds
+from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
 from hwbench.collective.run import run_collective
 from hwbench.collective.torchrun import follow_if_joined, set_ranks
 from hwbench.core.dtypes import DTYPE_BYTES
@@ -21,6 +21,7 @@ from hwbench.core.errors import UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import PROFILES, parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
+from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog, user_price
 from hwbench.results import files as results
 from hwbench.results.derive import add_metrics
@@ -43,61 +44,66 @@ multiples of any tile size."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``hwbench run``, and the ``--shape`` syntax as the epilog of its help."""
+    """Options of ``hwbench run`` in sections, and the ``--shape`` syntax as the epilog of its help."""
     parser.epilog = SHAPE_HELP
-    parser.add_argument("--backend", default="all", help="comma list: cpu,opencl,cuda,rocm,... (default: all)")
-    parser.add_argument(
+    what = parser.add_argument_group("what to run")
+    what.add_argument("--backend", default="all", help="comma list: cpu,opencl,cuda,rocm,... (default: all)")
+    what.add_argument(
         "--kernel", default=None, help="comma list: gemm,attention,allreduce (default: all, or those named by --shape)"
     )
-    parser.add_argument("--impl", default=None, help="comma list of implementations to run (default: all)")
-    parser.add_argument("--profile", choices=PROFILES, default="quick", help="shape set (default: quick)")
-    parser.add_argument(
+    what.add_argument("--impl", default=None, help="comma list of implementations to run (default: all)")
+    what.add_argument("--profile", choices=PROFILES, default="quick", help="shape set (default: quick)")
+    what.add_argument(
         "--shape",
         action="append",
         default=[],
         metavar="KERNEL:NAME=INT,...",
         help="a shape of your own (see below); repeatable",
     )
-    parser.add_argument(
+    what.add_argument(
         "--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16 (default: what each backend runs)"
     )
-    parser.add_argument(
+    what.add_argument(
         "--device",
         action="append",
         default=[],
         metavar="BACKEND:INDEX",
         help="run only on this device (repeatable), e.g. opencl:1",
     )
-    add_out(parser, "hwbench-HOST-TIME.json")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
-    parser.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")
-    parser.add_argument(
-        "--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)"
-    )
-    parser.add_argument(
-        "--price-per-hour",
-        type=float,
-        default=None,
-        metavar="USD",
-        help="rental price of one device in USD/hour (default: the catalog's, where it has one)",
-    )
-    parser.add_argument("--instance", default=None, help="price the run as this catalog instance type, e.g. c7a.xlarge")
-    parser.add_argument(
-        "--catalog",
-        type=Path,
-        default=None,
-        help="TOML catalog of your own ([devices.KEY] peaks, "
-        "[[prices]]) over the shipped one; every entry needs source and as_of",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    parser.add_argument(
+    what.add_argument(
         "--ranks",
         type=int,
         default=None,
         help="AllReduce: spawn this many local ranks (default: each "
         "shape's ranks; under torchrun every rank joins and rank 0 writes the file)",
     )
+    how = parser.add_argument_group("how to measure")
+    how.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
+    how.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)")
+    how.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")
+    how.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    cost = parser.add_argument_group("cost")
+    cost.add_argument(
+        "--price-per-hour",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="rental price of one device in USD/hour (default: the catalog's, where it has one)",
+    )
+    cost.add_argument("--instance", default=None, help="price the run as this catalog instance type, e.g. c7a.xlarge")
+    cost.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="TOML catalog of your own ([devices.KEY] peaks, "
+        "[[prices]]) over the shipped one; every entry needs source and as_of",
+    )
+    output = parser.add_argument_group("output")
+    add_out(output, "hwbench-HOST-TIME.json")
+    output.add_argument(
+        "--json", action="store_true", help="also print the results document on stdout (the table goes to stderr)"
+    )
+    add_quiet(output)
 
 
 def _user_shapes(args: argparse.Namespace) -> dict[str, list[dict[str, int]]]:
@@ -213,8 +219,9 @@ def main(args: argparse.Namespace) -> int:
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     _check_memory({k: all_shapes[k] for k in shapes}, dtypes)  # the user's shapes, at their ranks
     catalog = Catalog.load(args.catalog)
-    out = fresh_out(args.out)
-    results.check_writable(out)
+    out = None if to_stdout(args.out) else fresh_out(args.out)
+    if out is not None:
+        results.check_writable(out)
     joined = follow_if_joined(args)  # after every check, so that no rank waits for one that gave up
     if joined is not None:
         return joined
@@ -230,8 +237,10 @@ def main(args: argparse.Namespace) -> int:
         )
         if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
             doc["run"]["catalog"] = str(args.catalog)
-        saved = _save(doc, out)
-        return _report(doc, out, saved, stops)
+        saved = _save(doc, out) if out is not None else None
+        if out is None or args.json:  # the document on stdout; the table and the rest on stderr
+            print(results.dumps(doc), end="", flush=True)
+        return _report(doc, out, saved, stops, sys.stderr if out is None or args.json else sys.stdout)
 
 
 def _save(doc: dict[str, Any], out: Path) -> Path:
@@ -244,11 +253,14 @@ def _save(doc: dict[str, Any], out: Path) -> Path:
         return results.save(doc, rescue, next_free=True)
 
 
-def _report(doc: dict[str, Any], out: Path, saved: Path, stops: StopSignals) -> int:
-    """Print the table and the file's name; the exit status of the run."""
-    print(summary(doc))
-    late = saved != out and saved.parent == out.parent  # the name was taken while the cases ran
-    print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if late else ""))
+def _report(doc: dict[str, Any], out: Path | None, saved: Path | None, stops: StopSignals, stream: TextIO) -> int:
+    """Print the table (on ``stream``), the warnings (on stderr) and the file's name; the exit status."""
+    for warning in doc.get("warnings", []):
+        print(printable(f"hwbench: warning: {warning}"), file=sys.stderr)
+    print(summary(doc, warnings=False), file=stream)
+    if out is not None and saved is not None:
+        late = saved != out and saved.parent == out.parent  # the name was taken while the cases ran
+        print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if late else ""), file=stream)
     if doc["run"]["incomplete"] or stops.first is not None:
         print("interrupted: the file holds the cases finished so far", file=sys.stderr)
         return exit_status(stops.first) if stops.first else EXIT_INTERRUPTED

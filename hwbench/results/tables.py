@@ -125,8 +125,9 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     return "\n".join(lines)
 
 
-def summary(doc: dict[str, Any]) -> str:
-    """Header, results table and the reasons behind every record that is not ok."""
+def summary(doc: dict[str, Any], warnings: bool = True) -> str:
+    """Header, results table and the reasons behind every record that is not ok (and the file's
+    warnings, unless ``warnings`` is False: ``run`` prints those on stderr)."""
     host, run = doc["host"], doc["run"]
     blas = [b for b in doc.get("software", {}).get("blas", []) if "internal_api" in b]
     lines = [
@@ -146,7 +147,7 @@ def summary(doc: dict[str, Any]) -> str:
             else f"unavailable: {backend['reason']}"
         )
         lines.append(f"backend {backend['name']}: {state}")
-    lines += [f"warning: {w}" for w in doc.get("warnings", [])]
+    lines += [f"warning: {w}" for w in doc.get("warnings", [])] if warnings else []
     lines = [printable(line) for line in lines]
     records = doc["records"]
     cases = [r for r in records if r["impl"] != "*"]
