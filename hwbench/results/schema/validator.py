@@ -208,7 +208,7 @@ class _QuickChecks:
                 "boolean": [f"({x} is True or {x} is False)"],
                 "string": [f"_type({x}) is str", *text],
                 "integer": [f"_type({x}) is int", *low],
-                "number": [f"_type({x}) in _NUMBERS", *low, f"-_INF < {x} < _INF"],
+                "number": [f"_type({x}) in _NUMBERS", *low, f"{x} < _INF" if low else f"-_INF < {x} < _INF"],
                 "object": [f"_type({x}) is dict"],
                 "array": [f"_type({x}) is list"],
             }
@@ -233,9 +233,13 @@ class _QuickChecks:
             checks.append(f"{x}.keys() >= {self.constant(frozenset(node['required']))}")
         if node.get("additionalProperties", True) is False:
             checks.append(f"{x}.keys() <= {known}")
+        required = set(node.get("required", ()))
         for key, sub in props.items():
             t = self.temp()
-            checks.append(f"(({t} := {x}.get({key!r}, _MISSING)) is _MISSING or {self.check(sub, t)})")
+            if key in required:  # present: the keys were checked first
+                checks.append(f"(({t} := {x}[{key!r}]) is _MISSING or {self.check(sub, t)})")
+            else:
+                checks.append(f"(({t} := {x}.get({key!r}, _MISSING)) is _MISSING or {self.check(sub, t)})")
         extra = node.get("additionalProperties", True)
         if isinstance(extra, Mapping):
             each = self.check(extra, "_y")
