@@ -159,3 +159,29 @@ def test_probe_and_compile_take_out_dash_for_stdout(
     assert code == 0 and json.loads(captured.out)["compile"]
     assert "wrote the document to stdout" in captured.err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_validate_json_says_per_file_whether_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from synthetic_results import document, record, write
+
+    good = write(tmp_path / "good.json", document([record("gemm", "numpy", "fp32", {"M": 1, "N": 1, "K": 1})]))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["validate", "--json", str(good), str(bad)]) == 1
+    verdicts = {Path(v["path"]).name: v for v in json.loads(capsys.readouterr().out)["files"]}
+    assert verdicts["good.json"]["valid"] is True and verdicts["good.json"]["records"] == 1
+    assert verdicts["bad.json"]["valid"] is False and "not valid JSON" in verdicts["bad.json"]["problems"][0]
+
+
+def test_score_and_report_take_out_dash_for_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from synthetic_results import document, record, write
+
+    doc = document([record("gemm", "numpy", "fp32", {"M": 64, "N": 64, "K": 64}, impl_kind="native", tflops=0.1)])
+    path = write(tmp_path / "r.json", doc)
+    assert main(["report", str(path), "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("<!DOCTYPE html>") and "report: stdout" in captured.err
+    assert main(["score", str(path), "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["platforms"] and captured.err.strip()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

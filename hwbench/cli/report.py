@@ -12,8 +12,10 @@ section the files have no data for says so.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from hwbench.cli.options import to_stdout
 from hwbench.report import build
 from hwbench.results import files as results
 
@@ -28,16 +30,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=Path("report.html"),
-        help="HTML file to write (default: report.html; never overwritten)",
+        help="HTML file to write (default: report.html; never overwritten; '-': stdout)",
     )
     parser.add_argument("--title", default="hwbench report", help="title of the page")
 
 
 def main(args: argparse.Namespace) -> int:
     """Refuse an existing -o, load every file (one line and exit 2 on a bad one), build the page, write it."""
-    results.check_new(args.out, "-o")
+    if not to_stdout(args.out):
+        results.check_new(args.out, "-o")
     runs = [(path, results.load(path)) for path in args.files]
     page = build(runs, title=args.title)
+    if to_stdout(args.out):
+        sys.stdout.write(page)
+        print(f"report: stdout ({len(page) / 1024:.0f} KiB, {len(runs)} results file(s))", file=sys.stderr)
+        return 0
     results.write_new(args.out, page, what="report", option="-o")
     print(f"report: {args.out} ({len(page) / 1024:.0f} KiB, {len(runs)} results file(s))")
     return 0

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from hwbench.cli.options import to_stdout
 from hwbench.core.errors import UserError
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
@@ -50,10 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
     parser.add_argument(
+        "-o",
         "--out",
         type=Path,
         default=None,
-        help="also write the score document (JSON) to this new file (never overwritten)",
+        help="also write the score document (JSON) to this new file (never overwritten; '-': stdout, "
+        "the table then on stderr)",
     )
 
 
@@ -102,7 +106,7 @@ def render(doc: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Score the platforms; 0 on success, 2 on bad input (an existing --out among it)."""
-    if args.out:
+    if args.out and not to_stdout(args.out):
         check_new(args.out)
     dims, origin = load_weights(args.weights)
     catalog = Catalog.load(args.catalog)
@@ -113,6 +117,10 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
     doc = score_platforms(platforms, dims, catalog, origin)
     text = json.dumps(doc, indent=1)
+    if args.out and to_stdout(args.out):
+        print(text)
+        print(render(doc), file=sys.stderr)
+        return 0
     if args.out:
         write_new(args.out, text + "\n", what="score document")
     print(text if args.json else render(doc))

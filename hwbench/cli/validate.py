@@ -8,8 +8,10 @@ results file applies. Every problem of an invalid file is listed.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.text import printable
@@ -21,6 +23,9 @@ HELP = "check results files against the JSON Schema"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench validate``."""
     parser.add_argument("files", type=Path, nargs="+")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object: per file whether it is valid and its problems"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -28,20 +33,46 @@ def main(args: argparse.Namespace) -> int:
 
     The rule is the one every command applies when it reads a results file.
     """
-    bad = 0
-    for path in args.files:
-        try:
-            doc = read(path)
-        except UserError as exc:
-            bad += 1
-            print(printable(exc), file=sys.stderr)
-            continue
-        problems = validate(doc)
-        if problems:
-            bad += 1
-            print(printable(f"{path}: invalid results file: {len(problems)} problem(s)"), file=sys.stderr)
-            for problem in problems:
-                print(f"  {printable(problem)}", file=sys.stderr)
-            continue
-        print(printable(f"{path}: valid (schema_version {doc['schema_version']}, {len(doc['records'])} records)"))
-    return 1 if bad else 0
+    verdicts = [_verdict(path) for path in args.files]
+    if args.json:
+        print(json.dumps({"files": verdicts}, indent=1))
+    else:
+        for verdict in verdicts:
+            _print(verdict)
+    return 1 if any(not v["valid"] for v in verdicts) else 0
+
+
+def _verdict(path: Path) -> dict[str, Any]:
+    """Whether ``path`` is a valid results file, with every problem found."""
+    try:
+        doc = read(path)
+    except UserError as exc:
+        return {
+            "path": str(path),
+            "valid": False,
+            "readable": False,
+            "problems": [str(exc)],
+            "schema_version": None,
+            "records": None,
+        }
+    problems = validate(doc)
+    return {
+        "path": str(path),
+        "valid": not problems,
+        "readable": True,
+        "problems": problems,
+        "schema_version": doc.get("schema_version"),
+        "records": len(doc["records"]) if isinstance(doc.get("records"), list) else None,
+    }
+
+
+def _print(verdict: dict[str, Any]) -> None:
+    path, problems = verdict["path"], verdict["problems"]
+    if verdict["valid"]:
+        print(printable(f"{path}: valid (schema_version {verdict['schema_version']}, {verdict['records']} records)"))
+    elif not verdict["readable"]:  # not readable as a results file at all: its one line
+        print(printable(problems[0]), file=sys.stderr)
+    else:
+        print(printable(f"{path}: invalid results file: {len(problems)} problem(s)"), file=sys.stderr)
+        for problem in problems:
+            print(f"  {printable(problem)}", file=sys.stderr)
