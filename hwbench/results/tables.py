@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from hwbench.core.text import printable
+from hwbench.results.nccl import BUSBW_NOTE, is_collective, nccl_tables
 from hwbench.run.case import CaseRequest
 
 HEADERS = (
@@ -125,9 +126,15 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     return "\n".join(lines)
 
 
-def summary(doc: dict[str, Any], warnings: bool = True) -> str:
+def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl") -> str:
     """Header, results table and the reasons behind every record that is not ok (and the file's
-    warnings, unless ``warnings`` is False: ``run`` prints those on stderr)."""
+    warnings, unless ``warnings`` is False: ``run`` prints those on stderr).
+
+    Records of kernels that span ranks (AllReduce) print as nccl-tests does
+    (:mod:`hwbench.results.nccl`) when ``collective`` is ``"nccl"``, in the table with the
+    others when it is ``"table"`` (its GB/s being their busbw, said under it)."""
+    if collective not in ("nccl", "table"):
+        raise ValueError(f"collective is 'nccl' or 'table', not {collective!r}")
     host, run = doc["host"], doc["run"]
     blas = [b for b in doc.get("software", {}).get("blas", []) if "internal_api" in b]
     lines = [
@@ -150,11 +157,21 @@ def summary(doc: dict[str, Any], warnings: bool = True) -> str:
     lines += [f"warning: {w}" for w in doc.get("warnings", [])] if warnings else []
     lines = [printable(line) for line in lines]
     records = doc["records"]
-    cases = [r for r in records if r["impl"] != "*"]
     device = device_column(doc)
+    spanning = [r for r in records if is_collective(r)] if collective == "nccl" else []
+    # The nccl blocks count their own noisy timings; the ~ note counts the table's.
+    quiet = {
+        id(r): {**r, "warnings": [w for w in r.get("warnings", []) if not w.startswith("noisy")]} for r in spanning
+    }
+    cases = [r for r in records if r["impl"] != "*" and id(r) not in quiet]
     headers = with_device(HEADERS) if device else HEADERS
-    lines += ["", table((row(r, device) for r in cases), headers) if cases else "no cases ran"]
-    lines += _notes(records, device)
+    if cases or not spanning:
+        lines += ["", table((row(r, device) for r in cases), headers) if cases else "no cases ran"]
+    if any(is_collective(r) for r in cases):
+        lines.append(BUSBW_NOTE)
+    if spanning:
+        lines += ["", *nccl_tables(spanning, device)]
+    lines += _notes([quiet.get(id(r), r) for r in records], device)
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
         lines.append(printable(f"price: {price}"))
