@@ -6,7 +6,8 @@ Writes two results files of ``--records`` matched records each (a base and a sli
 slower new run) in a temporary folder, then prints:
 
 - the seconds of ``results.load`` (read, parse, migrate, schema and figure checks) of one
-  file, split into parsing and checking, best of ``--repeat``;
+  file, split into parsing and checking, and of a whole ``hwbench validate`` command,
+  best of ``--repeat``;
 - the peak resident memory of a ``hwbench compare a.json b.json`` child (from
   ``resource.getrusage(RUSAGE_CHILDREN)`` in a small parent of its own) beside the memory
   of holding both parsed documents (a child that parses them and nothing else), both
@@ -125,6 +126,15 @@ def compare_peak_kib(a: Path, b: Path) -> tuple[int, float]:
     return int(done.stdout), time.perf_counter() - t0
 
 
+def command_seconds(*args: str) -> float:
+    """Wall seconds of ``hwbench ARGS`` in a child, interpreter start and exit included."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "hwbench", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"hwbench {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
+    return time.perf_counter() - t0
+
+
 def held_kib(*paths: Path) -> tuple[int, int]:
     """Resident KiB of a child after importing hwbench's compare, and after parsing ``paths``."""
     done = subprocess.run([sys.executable, "-c", HOLD, *map(str, paths)], capture_output=True, text=True, check=True)
@@ -146,12 +156,14 @@ def main() -> int:
         size = a.stat().st_size / 1e6
         print(f"{args.records} records per file, {size:.0f} MB each (written in {time.perf_counter() - t0:.1f} s)")
         peak, seconds = compare_peak_kib(a, b)
+        validate_s = min(command_seconds("validate", str(a)) for _ in range(args.repeat))
         base, held = held_kib(a, b)
         load = time_load(a, args.repeat)
     total = load["load_checked"]
     docs, over = (held - base) / 1024, (peak - base) / 1024
     ratio = over / docs
     print(f"load_checked {total:.2f} s (read and parse {load['parse']:.2f} s, checks {load['validate']:.2f} s)")
+    print(f"hwbench validate: {validate_s:.2f} s, the whole command")
     print(f"both documents held: {docs:.0f} MiB above the interpreter ({base / 1024:.0f} MiB)")
     print(
         f"hwbench compare: peak {peak / 1024:.0f} MiB, {over:.0f} MiB above the interpreter "
