@@ -227,3 +227,23 @@ def test_the_memory_check_counts_the_ranks_asked_for(tmp_path: Path, capsys: pyt
     assert main([*args, "--ranks", "64", "--out", str(out)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert "ranks=64" in line and "GiB of host memory" in line and not out.exists()
+
+
+def test_sizes_sweep_allreduce_in_bytes_as_nccl_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(tmp_path, "--backend", "cpu", "--sizes", "8:64:x2", "--impl", "llvm_shm", "--budget", "0.05", "-q")
+    assert code == 0
+    records = [r for r in json.loads(out.read_text())["records"] if r["status"] == "ok"]
+    assert sorted({r["shape"]["count"] for r in records}) == [2, 4, 8, 16]  # fp32: 8, 16, 32, 64 bytes
+    assert "#       size         count      type   redop" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [(["--sizes", "8:1M:x2", "--dtype", "fp32,fp16"], "give one --dtype"), (["--sizes", "8:1M:x1"], "--sizes")],
+)
+def test_bad_sizes_are_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str
+) -> None:
+    code, out = _run(tmp_path, "--backend", "cpu", *extra)
+    assert code == 2 and not out.exists()
+    assert says in _one_line(capsys.readouterr().err)

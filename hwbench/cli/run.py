@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
 from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
 from hwbench.collective.run import run_collective
+from hwbench.collective.sizes import parse_sizes, sizes_to_counts
 from hwbench.collective.torchrun import follow_if_joined, set_ranks
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
@@ -71,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only on this device (repeatable), e.g. opencl:1",
     )
     what.add_argument(
+        "--sizes",
+        default=None,
+        metavar="MIN:MAX:xF",
+        help="AllReduce: message sizes in bytes, as nccl-tests' -b/-e/-f (8:128M:x2; also MIN:MAX:+STEP, "
+        "lists; K/M/G are powers of 1024); counts are bytes / element size, rounded down",
+    )
+    what.add_argument(
         "--ranks",
         type=int,
         default=None,
@@ -121,6 +129,17 @@ def _user_shapes(args: argparse.Namespace) -> dict[str, list[dict[str, int]]]:
             continue
         shapes.setdefault(name, []).append(shape)
     return shapes
+
+
+def _sized(text: str, dtypes: list[str] | None) -> list[dict[str, int]]:
+    """AllReduce shapes of ``--sizes`` (bytes) for the one dtype they are counted in (fp32 unless --dtype)."""
+    if dtypes is not None and len(dtypes) > 1:
+        raise UserError(
+            f"--sizes gives bytes, a different element count per dtype: give one --dtype (got {', '.join(dtypes)})"
+        )
+    kernel = get_kernel("allreduce")
+    counts = sizes_to_counts(parse_sizes(text), dtypes[0] if dtypes else "fp32")
+    return [kernel.complete({"count": count}) for count in counts]
 
 
 def _check_memory(shapes: dict[str, list[dict[str, int]]], dtypes: list[str] | None) -> None:
@@ -196,11 +215,13 @@ def main(args: argparse.Namespace) -> int:
     """
     backends = parse_names(args.backend, list(backend_targets()), "backend")
     shapes = _user_shapes(args)
+    dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
+    if args.sizes is not None:
+        shapes.setdefault("allreduce", []).extend(_sized(args.sizes, dtypes))
     kernels = parse_names(args.kernel or ",".join(shapes) or None, list(kernel_targets()), "kernel")
     stray = [k for k in shapes if k not in kernels]
     if stray:
         raise UserError(f"--shape names kernel '{stray[0]}', which --kernel does not select")
-    dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
     if dtypes and not any(d in get_kernel(k).dtypes for k in kernels for d in dtypes):
         raise UserError(f"none of the selected kernels has dtype {', '.join(dtypes)}")
     plan = Plan(

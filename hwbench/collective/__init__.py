@@ -7,7 +7,7 @@ ranks, ``torchrun`` joins a torchrun world, ``dispatch`` creates the implementat
 names (``impls``, ``gpu``, ``mpi``) and says why one cannot run here, ``shm`` is the shared
 memory transport of the portable CPU AllReduce and ``sweep`` the measurement; ``rendezvous``
 joins the ranks' process group within a deadline, ``debris`` names what a run creates after
-its owner and sweeps what killed runs left. The run-level
+its owner and sweeps what killed runs left, ``sizes`` the byte-size sweeps of ``--sizes``. The run-level
 figures (small-message latency, peak busbw) are ``hwbench.results.collective_figures``.
 
 May import: ``hwbench.core``, ``hwbench.kernels`` (the allreduce kernel's sources) and
