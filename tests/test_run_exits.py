@@ -247,3 +247,9 @@ def test_bad_sizes_are_bad_input(
     code, out = _run(tmp_path, "--backend", "cpu", *extra)
     assert code == 2 and not out.exists()
     assert says in _one_line(capsys.readouterr().err)
+
+
+def test_device_alone_runs_only_that_devices_backend(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, "--device", "cpu:0", "--kernel", "gemm", "--impl", "numpy", "--dtype", "fp32", *TINY)
+    assert code == 0
+    assert {r["backend"] for r in json.loads(out.read_text())["records"]} == {"cpu"}

@@ -214,6 +214,9 @@ def main(args: argparse.Namespace) -> int:
     finished cases written. Every option and the output path are checked before anything runs.
     """
     backends = parse_names(args.backend, list(backend_targets()), "backend")
+    if args.device and args.backend == "all":  # --device alone: only the backends of the devices named
+        named = {value.partition(":")[0] for value in args.device}
+        backends = [b for b in backends if b in named] or backends
     shapes = _user_shapes(args)
     dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
     if args.sizes is not None:
