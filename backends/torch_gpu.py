@@ -33,6 +33,16 @@ from hwbench.core.loading import load_callable
 TUNE_BUDGET_S = 0.05
 
 
+def arch_of(props: Any, hip: bool) -> str:
+    """The architecture Triton and LLVM take for a device as torch describes it (``props`` from
+    ``torch.cuda.get_device_properties``): on a CUDA build ``sm_{major}{minor}`` (torch fills
+    ``gcnArchName`` with the device's name there), on a HIP build (``hip``) ``gcnArchName``
+    without its feature suffixes (``gfx942:sramecc+:xnack-`` is ``gfx942``)."""
+    if not hip:
+        return f"sm_{props.major}{props.minor}"
+    return str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()
+
+
 class KernelCompileError(RuntimeError):
     """A portable kernel that the device's compiler rejected (a compile_error record)."""
 
@@ -158,11 +168,10 @@ class TorchGPUBackend(Backend):
         return found
 
     def arch(self, index: int) -> str:
-        """Architecture name Triton and LLVM take: ``sm_90`` or ``gfx942``."""
+        """Architecture name Triton and LLVM take: ``sm_90`` or ``gfx942`` (see :func:`arch_of`)."""
         import torch
 
-        props = torch.cuda.get_device_properties(index)
-        return str(getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}").split(":")[0]
+        return arch_of(torch.cuda.get_device_properties(index), hip=bool(torch.version.hip))
 
     def device_extra(self, index: int, props: Any) -> dict[str, Any]:
         """Facts beyond DeviceInfo's fields (vendors add clocks and more)."""

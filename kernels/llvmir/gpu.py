@@ -7,18 +7,22 @@ shared memory is address space 3 (``.shared`` / LDS), the barrier is ``bar.sync 
 (``nvvm.maxntid`` / ``amdgpu-flat-work-group-size``) so the register allocator knows it.
 
 Compilation needs no GPU: :func:`compile_module` lowers a module to PTX text (assembled
-by ``ptxas`` for a real architecture) or to an AMDGCN code object (``hsaco``, linked with
-``ld.lld`` or Triton's bundled linker).
+by ``ptxas`` for a real architecture) or to an AMDGCN code object (``hsaco``). Code objects
+are version 5 (the ``amdhsa_code_object_version`` module flag, as Triton and clang set it:
+LLVM 22 would emit version 6, which older ROCm runtimes reject), linked by ROCm's
+``ld.lld``, else Triton's, and only then by one on ``PATH`` (:func:`find_linker`).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from llvmlite import ir
@@ -28,6 +32,13 @@ from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, in
 
 _init_lock = threading.Lock()
 _initialized = False
+
+#: The AMDGPU code object version emitted (``e_ident[EI_ABIVERSION]`` 3 in the ELF header).
+CODE_OBJECT_VERSION = 5
+#: Where ROCm installs its LLVM linker when ``ROCM_PATH`` does not say.
+OPT_ROCM = Path("/opt/rocm")
+#: What :func:`find_linker` answers for Triton's in-process lld (``triton._C.libtriton.amd.link_hsaco``).
+TRITON_IN_PROCESS = "triton (in process)"
 
 
 def ensure_gpu_targets() -> None:
@@ -145,6 +156,8 @@ def compile_module(module: ir.Module, target: GPUTarget, kernel: str, opt: int =
     mod = llvm.parse_assembly(text)
     mod.triple = target.triple
     mod.data_layout = str(tm.target_data)
+    if isinstance(target, AMDGCNTarget):
+        mod.link_in(llvm.parse_assembly(code_object_flag(target.triple, mod.data_layout)))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
     pto.loop_unrolling = True
@@ -159,16 +172,74 @@ def compile_module(module: ir.Module, target: GPUTarget, kernel: str, opt: int =
     return SIMTBinary(kernel, binary, assembly, time.perf_counter() - t0, target.name)
 
 
+def code_object_flag(triple: str, data_layout: str) -> str:
+    """An IR module holding only the module flag that sets the AMDGPU code object version
+    (linked into a kernel's module; behaviour 1, an error on a different value)."""
+    version = CODE_OBJECT_VERSION * 100
+    return (
+        f'target triple = "{triple}"\ntarget datalayout = "{data_layout}"\n'
+        f'!llvm.module.flags = !{{!0}}\n!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {version}}}\n'
+    )
+
+
+def triton_folder() -> Path | None:
+    """The installed Triton package's folder (found without importing Triton), if any."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def triton_links_in_process() -> bool:
+    """Whether the installed Triton links code objects in this process (``amd.link_hsaco``)."""
+    try:
+        from triton._C.libtriton import amd  # Triton bundles an lld for its own code objects
+    except ImportError:
+        return False
+    return hasattr(amd, "link_hsaco")
+
+
+def find_linker(
+    environ: Mapping[str, str] | None = None,
+    triton: Path | None = None,
+    opt_rocm: Path = OPT_ROCM,
+    in_process: Callable[[], bool] = triton_links_in_process,
+) -> str:
+    """The AMDGPU linker to use, in this order: ROCm's ``ld.lld`` (``$ROCM_PATH/llvm/bin``, then
+    ``/opt/rocm/llvm/bin``), the one Triton's wheel bundles (``triton/backends/amd/llvm/bin``),
+    Triton's in-process lld (:data:`TRITON_IN_PROCESS`), an ``ld.lld`` on ``PATH``; "" when none.
+    ``environ`` defaults to this process's, ``triton`` to the installed package's folder."""
+    environ = os.environ if environ is None else environ
+    triton = triton_folder() if triton is None else triton
+    folders = [Path(environ["ROCM_PATH"]) / "llvm" / "bin"] if environ.get("ROCM_PATH") else []
+    folders.append(opt_rocm / "llvm" / "bin")
+    if triton is not None:
+        folders.append(triton / "backends" / "amd" / "llvm" / "bin")
+    for folder in folders:
+        lld = folder / "ld.lld"
+        if lld.is_file() and os.access(lld, os.X_OK):
+            return str(lld)
+    if in_process():
+        return TRITON_IN_PROCESS
+    return shutil.which("ld.lld", path=environ.get("PATH", "")) or ""
+
+
 def link_hsaco(obj: bytes) -> bytes:
     """Link a relocatable AMDGCN object into a loadable code object (``ld.lld -shared``)."""
+    linker = find_linker()
+    if not linker:
+        raise RuntimeError(
+            "no AMDGPU linker: install ROCm (ld.lld under $ROCM_PATH/llvm/bin) or Triton, or put an ld.lld on PATH"
+        )
     with tempfile.TemporaryDirectory(prefix="hwbench-hsaco-") as tmp:
         src, out = Path(tmp, "k.o"), Path(tmp, "k.hsaco")
         src.write_bytes(obj)
-        lld = shutil.which("ld.lld") or next((str(p) for p in Path("/opt/rocm/llvm/bin").glob("ld.lld")), None)
-        if lld:
-            subprocess.run([lld, "-shared", str(src), "-o", str(out)], check=True, capture_output=True)
-        else:
-            from triton._C.libtriton import amd  # Triton bundles an lld for its own hsaco
+        if linker == TRITON_IN_PROCESS:
+            from triton._C.libtriton import amd  # Triton bundles an lld for its own code objects
 
             amd.link_hsaco(str(src), str(out))
+        else:
+            subprocess.run([linker, "-shared", str(src), "-o", str(out)], check=True, capture_output=True)
         return out.read_bytes()
