@@ -3,7 +3,9 @@
 Portable sources: Triton (each kernel's ``triton.py``; tuned at prepare time over the small
 per-architecture space its bindings give) and llvmlite lowered to PTX or AMDGCN
 (``hwbench.kernels.llvmir.gpu``; loaded by the vendor's module API). Timing uses device
-events; the flush writes a buffer twice the size of the L2 cache before each timed call.
+events. The flush writes a buffer twice the last-level cache before each timed call: the L2
+torch reports or, where larger, the catalog's last-level cache (MI300X: 256 MB Infinity Cache
+behind 4 MB L2s).
 Vendor specifics (library versions, loading a code object) live in ``cuda.py`` and
 ``rocm.py``.
 
@@ -28,6 +30,7 @@ from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.core.loading import load_callable
+from hwbench.decide.catalog import Catalog
 
 #: Seconds of timed calls per configuration when tuning a Triton kernel.
 TUNE_BUDGET_S = 0.05
@@ -41,6 +44,13 @@ def arch_of(props: Any, hip: bool) -> str:
     if not hip:
         return f"sm_{props.major}{props.minor}"
     return str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()
+
+
+def flush_bytes(extra: Mapping[str, Any]) -> int:
+    """Bytes the flush writes: twice the larger of the L2 the runtime reports and the catalog's
+    last-level cache (``l2_bytes``, ``llc_bytes`` of a device's ``extra``; 64 MiB when neither)."""
+    largest = max(int(extra.get("l2_bytes") or 0), int(extra.get("llc_bytes") or 0))
+    return 2 * (largest or 64 * 2**20)
 
 
 class KernelCompileError(RuntimeError):
@@ -174,13 +184,19 @@ class TorchGPUBackend(Backend):
         return arch_of(torch.cuda.get_device_properties(index), hip=bool(torch.version.hip))
 
     def device_extra(self, index: int, props: Any) -> dict[str, Any]:
-        """Facts beyond DeviceInfo's fields (vendors add clocks and more)."""
-        return {
+        """Facts beyond DeviceInfo's fields (vendors add clocks and more), with the catalog's
+        last-level cache where it knows the device (``llc_bytes``, ``llc_source``)."""
+        extra = {
             "l2_bytes": getattr(props, "L2_cache_size", None),
             "warp_size": getattr(props, "warp_size", None),
             "shared_memory_per_block": getattr(props, "shared_memory_per_block", None),
             "multi_processor_count": props.multi_processor_count,
         }
+        llc = Catalog.load().last_level_cache(str(props.name))
+        if llc is not None:
+            extra["llc_bytes"] = llc.bytes
+            extra["llc_source"] = f"catalog {llc.key}: {llc.level} ({llc.source}, {llc.as_of})"
+        return extra
 
     def driver_version(self) -> str:
         """Kernel driver version (vendor specific)."""
@@ -244,11 +260,10 @@ class TorchGPUBackend(Backend):
     def flush(self, device: DeviceInfo) -> Callable[[], None]:
         import torch
 
-        l2 = int(device.extra.get("l2_bytes") or 64 * 2**20)
-        buffer = torch.empty(2 * l2 // 4, dtype=torch.int32, device=f"cuda:{device.index}")
+        buffer = torch.empty(flush_bytes(device.extra) // 4, dtype=torch.int32, device=f"cuda:{device.index}")
 
         def flush() -> None:
-            buffer.zero_()  # writes every line of a buffer twice the L2: inputs and outputs are evicted
+            buffer.zero_()  # writes every line of a buffer twice the last-level cache: inputs and outputs are evicted
 
         return flush
 

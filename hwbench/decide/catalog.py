@@ -41,6 +41,17 @@ class DevicePeak:
     as_of: str
 
 
+@dataclass(frozen=True)
+class CacheSize:
+    """A catalog device's last-level cache, and where the figure comes from."""
+
+    key: str
+    bytes: int
+    level: str
+    source: str
+    as_of: str
+
+
 class Catalog:
     """The shipped device and price tables, optionally extended by a user file."""
 
@@ -85,6 +96,21 @@ class Catalog:
         if value is None:
             return None
         return DevicePeak(key, float(value), entry.get("source", ""), str(entry.get("as_of", "")))
+
+    def last_level_cache(self, device_name: str) -> CacheSize | None:
+        """The last-level cache of the device called ``device_name`` (its ``llc`` table: ``mib``,
+        ``level``, ``source``, ``as_of``), or None where the catalog gives none."""
+        key = self.match(device_name)
+        llc = self.devices.get(key, {}).get("llc") if key else None
+        if not isinstance(llc, dict) or not _positive(llc.get("mib")):
+            return None
+        return CacheSize(
+            str(key),
+            int(llc["mib"] * 2**20),
+            str(llc.get("level", "")),
+            str(llc.get("source", "")),
+            str(llc.get("as_of", "")),
+        )
 
     def device_peak(
         self, name: str, own: Mapping[str, float] | None, dtype: str, method: str | None = None
