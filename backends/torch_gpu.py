@@ -3,9 +3,10 @@
 Portable sources: Triton (each kernel's ``triton.py``; tuned at prepare time over the small
 per-architecture space its bindings give) and llvmlite lowered to PTX or AMDGCN
 (``hwbench.kernels.llvmir.gpu``; loaded by the vendor's module API). Timing uses device
-events. The flush writes a buffer twice the last-level cache before each timed call: the L2
-torch reports or, where larger, the catalog's last-level cache (MI300X: 256 MB Infinity Cache
-behind 4 MB L2s).
+events with the device kept busy ahead of the start event (:class:`EventTimer`), so launch
+and host overhead are not counted; tuning times the same way, flushed. The flush writes a
+buffer twice the last-level cache before each timed call: the L2 torch reports or, where
+larger, the catalog's last-level cache (MI300X: 256 MB Infinity Cache behind 4 MB L2s).
 Vendor specifics (library versions, loading a code object) live in ``cuda.py`` and
 ``rocm.py``.
 
@@ -34,6 +35,12 @@ from hwbench.decide.catalog import Catalog
 
 #: Seconds of timed calls per configuration when tuning a Triton kernel.
 TUNE_BUDGET_S = 0.05
+#: Spin cycles queued ahead of the start event at first (about 100 µs at 2 GHz).
+BUSY_CYCLES = 200_000
+#: The longest spin ahead of one timed call, seconds.
+MAX_BUSY_S = 0.05
+#: Timings of one call at most, while the spin ahead of it is lengthened.
+BUSY_TRIES = 4
 
 
 def arch_of(props: Any, hip: bool) -> str:
@@ -95,22 +102,56 @@ class TorchPrepared(Prepared):
 
 
 class EventTimer(Timer):
-    """Device events around the call (CUDA events, or HIP events on ROCm)."""
+    """Device events around the call (CUDA or HIP events), a spin kernel (``torch.cuda._sleep``)
+    queued ahead of the start event so the host has enqueued the call before the device reaches
+    it: the events bracket device work, not launch and host overhead. Where the host's time from
+    the spin to the call's return outlasted the spin, the spin grows and the call is timed again.
+    The name says the method (``cuda_event+busy_ahead``; the bare event name without ``_sleep``).
+    ``cuda`` (``torch.cuda``) and ``clock`` are seams for tests."""
 
-    def __init__(self, name: str) -> None:
-        import torch
+    def __init__(self, name: str, cuda: Any = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        if cuda is None:
+            import torch
 
-        self.name = name
+            cuda = torch.cuda
+        self._sleep = getattr(cuda, "_sleep", None)
+        self._clock = clock
+        self.name = f"{name}+busy_ahead" if self._sleep is not None else name
         self.resolution_s = 0.5e-6  # documented resolution of cudaEventElapsedTime
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        self._ahead, self._start, self._end = (cuda.Event(enable_timing=True) for _ in range(3))
+        #: Spin cycles queued ahead of the start event.
+        self.cycles = BUSY_CYCLES
 
     def time(self, fn: Callable[[], None]) -> float:
+        seconds, host_s, busy_s = self._once(fn)
+        for _ in range(BUSY_TRIES - 1):
+            if self._sleep is None or host_s < busy_s or not self._lengthen(host_s, busy_s):
+                break
+            seconds, host_s, busy_s = self._once(fn)
+        return seconds
+
+    def _once(self, fn: Callable[[], None]) -> tuple[float, float, float]:
+        """(seconds between the events, host seconds from the spin to the call's return, spin seconds)."""
+        t0 = self._clock()
+        if self._sleep is not None:
+            self._ahead.record()
+            self._sleep(self.cycles)
         self._start.record()
         fn()
+        host_s = self._clock() - t0
         self._end.record()
         self._end.synchronize()
-        return float(self._start.elapsed_time(self._end)) * 1e-3
+        busy_s = float(self._ahead.elapsed_time(self._start)) * 1e-3 if self._sleep is not None else 0.0
+        return float(self._start.elapsed_time(self._end)) * 1e-3, host_s, busy_s
+
+    def _lengthen(self, host_s: float, busy_s: float) -> bool:
+        """Spin for twice the host's time next (at most MAX_BUSY_S); False when it cannot grow."""
+        if busy_s <= 0:
+            return False
+        per_s = self.cycles / busy_s
+        cycles = int(min(per_s * MAX_BUSY_S, max(2 * self.cycles, per_s * 2 * host_s)))
+        grown, self.cycles = cycles > self.cycles, max(cycles, self.cycles)
+        return grown
 
 
 class TorchGPUBackend(Backend):
@@ -304,8 +345,10 @@ class TorchGPUBackend(Backend):
             return call
 
         start = time.perf_counter()
-        best, tried = tune(source.tuning_space(device.arch, dtype, shape), make, EventTimer(self.event_name))
-        config = {**best.as_dict(), "arch": device.arch, "tuned": tried}
+        timer, flush = self.timer(device), self.flush(device)
+        best, tried = tune(source.tuning_space(device.arch, dtype, shape), make, timer, flush)
+        tuned_with = {"timer": timer.name, "flushed": flush is not None}
+        config = {**best.as_dict(), "arch": device.arch, "tuned": tried, "tuned_with": tuned_with}
         return TorchPrepared(make(best), config, compile_s=time.perf_counter() - start, out=out)
 
     def _llvm(self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
@@ -369,8 +412,14 @@ def _set_fp32_precision(dtype: str) -> None:
     torch.backends.cudnn.allow_tf32 = tf32
 
 
-def tune(space: list[Any], make: Callable[[Any], Callable[[], Any]], timer: Timer) -> tuple[Any, list[dict[str, Any]]]:
-    """Fastest configuration of ``space`` by median event time; configurations that fail are noted."""
+def tune(
+    space: list[Any],
+    make: Callable[[Any], Callable[[], Any]],
+    timer: Timer,
+    flush: Callable[[], None] | None = None,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Fastest configuration of ``space`` by median time on ``timer`` (the cases' own), each timed
+    call after ``flush`` as the cases' are; configurations that fail are noted."""
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
@@ -380,8 +429,10 @@ def tune(space: list[Any], make: Callable[[Any], Callable[[], Any]], timer: Time
         call = make(cfg)
         try:
             call()  # compiles
-            samples = [timer.time(call)]
-            while sum(samples) < TUNE_BUDGET_S and len(samples) < 50:
+            samples: list[float] = []
+            while not samples or (sum(samples) < TUNE_BUDGET_S and len(samples) < 50):
+                if flush is not None:
+                    flush()
                 samples.append(timer.time(call))
         except (CompilationError, OutOfResources) as exc:
             first_error = first_error or exc

@@ -1,16 +1,199 @@
-"""GPU cache flush without a GPU: it covers the last-level cache, the larger of the L2 the runtime
-reports and the catalog's (MI300X's 256 MB Infinity Cache sits behind the 4 MB L2 HIP reports).
+"""GPU timing without a GPU: the event timer keeps the device busy ahead of its start event, tuning
+times as the cases do (flushed, same timer), the flush covers the last-level cache, and SDPA's
+backend pin is entered once per prepared call.
+
+The device is a fake stream: work runs in order, each item once it was enqueued and once the
+item before it ended; events take the time the stream reaches them; the host clock advances by
+what each call costs the host. So a plain pair of events around a call with 30 µs of host
+overhead and a 5 µs kernel reads 36 µs, and the timer must read 5 µs.
 """
 
 from __future__ import annotations
 
+import gc
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from hwbench.backends.torch_gpu import flush_bytes
-from hwbench.core.backend import DeviceInfo
+from hwbench.backends.torch_gpu import (
+    BUSY_CYCLES,
+    BUSY_TRIES,
+    MAX_BUSY_S,
+    TUNE_BUDGET_S,
+    EventTimer,
+    flush_bytes,
+    tune,
+)
+from hwbench.core.backend import DeviceInfo, Timer
 from hwbench.core.registry import get_backend
+from hwbench.run.timing import TimingConfig, measure
+
+CLOCK_HZ = 2e9  # the fake device's spin clock
+US = 1e-6
+
+
+class FakeStream:
+    """One device queue and the host's clock."""
+
+    def __init__(self) -> None:
+        self.host = 0.0
+        self.free = 0.0
+        self.log: list[str] = []
+
+    def run(self, what: str, seconds: float) -> float:
+        """Enqueue ``what`` now; it starts when the device is free; returns its start."""
+        start = max(self.free, self.host)
+        self.free = start + seconds
+        self.log.append(what)
+        return start
+
+
+class FakeEvent:
+    def __init__(self, stream: FakeStream, name: str) -> None:
+        self.stream, self.name, self.at = stream, name, None
+
+    def record(self) -> None:
+        self.at = self.stream.run(f"record {self.name}", 0.0)
+        self.stream.host += 1 * US
+
+    def synchronize(self) -> None:
+        self.stream.log.append(f"sync {self.name}")
+        self.stream.host = max(self.stream.host, self.at)
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.at - self.at) * 1e3  # milliseconds, as torch.cuda.Event
+
+
+def fake_cuda(stream: FakeStream, sleep: bool = True) -> SimpleNamespace:
+    """torch.cuda as the timer uses it: Event (named in creation order) and _sleep."""
+    names = iter(["ahead", "start", "end"])
+    cuda = SimpleNamespace(Event=lambda enable_timing: FakeEvent(stream, next(names)))
+    if sleep:
+
+        def _sleep(cycles: int) -> None:
+            stream.run(f"spin {cycles}", cycles / CLOCK_HZ)
+            stream.host += 2 * US
+
+        cuda._sleep = _sleep
+    return cuda
+
+
+def small_call(stream: FakeStream, host_s: float = 30 * US, kernel_s: float = 5 * US):
+    def call() -> None:
+        stream.host += host_s  # Python, the launcher, the driver
+        stream.run("kernel", kernel_s)
+
+    return call
+
+
+def test_plain_events_would_count_the_host_overhead() -> None:
+    """The fake is honest: without work ahead of the start event the launch is timed too."""
+    stream = FakeStream()
+    timer = EventTimer("cuda_event", cuda=fake_cuda(stream, sleep=False), clock=lambda: stream.host)
+    assert timer.name == "cuda_event"  # the record says the method
+    assert timer.time(small_call(stream)) == pytest.approx(36 * US)
+
+
+def test_the_start_event_is_recorded_after_the_device_was_given_work() -> None:
+    stream = FakeStream()
+    timer = EventTimer("cuda_event", cuda=fake_cuda(stream), clock=lambda: stream.host)
+    seconds = timer.time(small_call(stream))
+    assert stream.log == [
+        "record ahead",
+        f"spin {BUSY_CYCLES}",
+        "record start",
+        "kernel",
+        "record end",
+        "sync end",
+    ]
+    assert seconds == pytest.approx(5 * US)
+    assert timer.name == "cuda_event+busy_ahead"
+
+
+def test_a_host_slower_than_the_spin_lengthens_it_and_retimes() -> None:
+    stream = FakeStream()
+    timer = EventTimer("hip_event", cuda=fake_cuda(stream), clock=lambda: stream.host)
+    seconds = timer.time(small_call(stream, host_s=300 * US))
+    assert seconds == pytest.approx(5 * US)
+    assert stream.log.count("kernel") == 2  # the first timing counted host time: timed again
+    assert timer.cycles > 2 * 300 * US * CLOCK_HZ  # the next spin outlasts twice the host's time
+    grown = timer.cycles
+    assert timer.time(small_call(stream, host_s=300 * US)) == pytest.approx(5 * US)
+    assert timer.cycles == grown and stream.log.count("kernel") == 3  # one timing suffices now
+
+
+def test_the_spin_never_grows_past_its_bound() -> None:
+    stream = FakeStream()
+    timer = EventTimer("cuda_event", cuda=fake_cuda(stream), clock=lambda: stream.host)
+    timer.time(small_call(stream, host_s=1.0))  # a call whose enqueue takes a second
+    assert stream.log.count("kernel") <= BUSY_TRIES
+    assert timer.cycles <= MAX_BUSY_S * CLOCK_HZ * 1.01
+
+
+def test_measure_records_the_method_and_kernel_time_alone() -> None:
+    stream = FakeStream()
+    timer = EventTimer("cuda_event", cuda=fake_cuda(stream), clock=lambda: stream.host)
+    flushes: list[int] = []
+    timing = measure(
+        small_call(stream),
+        timer,
+        lambda: flushes.append(1) or stream.run("flush", 20 * US),
+        TimingConfig(warmup_s=0.0, budget_s=1.0, min_samples=5),
+    )
+    assert timing.timer == "cuda_event+busy_ahead" and timing.flushed
+    assert timing.samples == pytest.approx([5 * US] * len(timing.samples))
+    assert len(flushes) == len(timing.samples)
+
+
+class Config:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class LoggingTimer(Timer):
+    name = "logging"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def time(self, fn) -> float:
+        self.log.append("time")
+        fn()
+        return 0.01
+
+
+def test_tuning_flushes_before_every_timed_call_on_the_cases_timer() -> None:
+    pytest.importorskip("triton")
+    log: list[str] = []
+
+    def make(cfg: Config):
+        return lambda: log.append(f"call {cfg.name}")
+
+    best, tried = tune([Config("a"), Config("b")], make, LoggingTimer(log), lambda: log.append("flush"))
+    assert best.name == "a" and [t["name"] for t in tried] == ["a", "b"]
+    timed = round(TUNE_BUDGET_S / 0.01)  # samples of 10 ms until the budget is spent
+    expected = [entry for name in ("a", "b") for entry in [f"call {name}"] + ["flush", "time", f"call {name}"] * timed]
+    assert log == expected  # each configuration: the compiling call, then flushed, timed calls
+
+
+def test_triton_tuning_uses_the_backends_timer_and_flush(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    log: list[str] = []
+    backend = get_backend("cuda")
+    monkeypatch.setattr(type(backend), "timer", lambda self, device: LoggingTimer(log))
+    monkeypatch.setattr(type(backend), "flush", lambda self, device: lambda: log.append("flush"))
+    source = SimpleNamespace(
+        tuning_space=lambda arch, dtype, shape: [Config("only")],
+        launch_case=lambda t, out, shape, dtype, cfg: log.append("launch"),
+    )
+    device = DeviceInfo(backend="cuda", index=0, name="NVIDIA H200", vendor="NVIDIA", kind="gpu", arch="sm_90")
+    prepared = backend._triton(source, {}, None, {"M": 1}, "bf16", device)
+    assert prepared.config["tuned_with"] == {"timer": "logging", "flushed": True}
+    assert log[:4] == ["launch", "flush", "time", "launch"]
 
 
 @pytest.mark.parametrize(
@@ -38,3 +221,33 @@ def test_the_flush_covers_the_last_level_cache(
     device = DeviceInfo(backend.name, 0, name, "test", "gpu", extra=extra)
     backend.flush(device)
     assert sizes == [flushed]
+
+
+def test_sdpa_enters_its_backend_pin_once_not_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.attention as attention
+
+    from hwbench.kernels.attention.natives import torch_sdpa_device
+
+    entered: list[Any] = []
+    real = attention.sdpa_kernel
+
+    def counting(backends, *args, **kwargs):
+        entered.append(backends)
+        return real(backends, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "sdpa_kernel", counting)
+    before = attention._cur_sdpa_kernel_backends()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 32, generator=g) for _ in range(3))
+    call, config = torch_sdpa_device({"q": q, "k": k, "v": v}, None, {"causal": 1}, "fp32")
+    assert len(entered) == 1 and config["sdpa_backend"] != "unknown"
+    pinned = attention._cur_sdpa_kernel_backends()
+    assert pinned == entered[0]  # the chosen backend alone while the call lives
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for _ in range(3):
+        assert torch.equal(call(), expected)
+    assert len(entered) == 1
+    del call
+    gc.collect()
+    assert attention._cur_sdpa_kernel_backends() == before  # released: the flags are as they were

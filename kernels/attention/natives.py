@@ -6,7 +6,9 @@ Each function follows the native convention of the backend it is declared for (s
 
 from __future__ import annotations
 
+import contextlib
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,7 +53,10 @@ def numpy_attention(inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) 
 
 
 def torch_sdpa_device(tensors: Mapping[str, Any], out: Any, shape: Shape, dtype: str) -> Call:
-    """cuda, rocm: torch SDPA pinned to the backend torch picks for these inputs (recorded)."""
+    """cuda, rocm: torch SDPA pinned to the backend torch picks for these inputs (recorded). The pin
+    (``sdpa_kernel``) is entered here, once, and left when the returned call is released, so each
+    call is SDPA alone, with no context manager's host work in it; SDPA's flags are process-wide,
+    so the pin holds for every SDPA call while this one lives."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -64,10 +69,11 @@ def torch_sdpa_device(tensors: Mapping[str, Any], out: Any, shape: Shape, dtype:
     fn = torch.nn.functional.scaled_dot_product_attention
 
     def call() -> Any:
-        if chosen is None:
-            return fn(q, k, v, is_causal=causal)
-        with sdpa_kernel([chosen]):
-            return fn(q, k, v, is_causal=causal)
+        return fn(q, k, v, is_causal=causal)
 
+    if chosen is not None:
+        pin = contextlib.ExitStack()
+        pin.enter_context(sdpa_kernel([chosen]))
+        weakref.finalize(call, pin.close)
     name = chosen.name.lower() if chosen is not None else "unknown"
     return call, {"library": f"torch {torch.__version__}", "sdpa_backend": name}
