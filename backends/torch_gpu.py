@@ -37,8 +37,8 @@ from hwbench.decide.catalog import Catalog
 TUNE_BUDGET_S = 0.05
 #: Spin cycles queued ahead of the start event at first (about 100 µs at 2 GHz).
 BUSY_CYCLES = 200_000
-#: The longest spin ahead of one timed call, seconds.
-MAX_BUSY_S = 0.05
+#: The shortest and the longest spin ahead of one timed call, seconds.
+MIN_BUSY_S, MAX_BUSY_S = 20e-6, 0.05
 #: Timings of one call at most, while the spin ahead of it is lengthened.
 BUSY_TRIES = 4
 
@@ -104,8 +104,9 @@ class TorchPrepared(Prepared):
 class EventTimer(Timer):
     """Device events around the call (CUDA or HIP events), a spin kernel (``torch.cuda._sleep``)
     queued ahead of the start event so the host has enqueued the call before the device reaches
-    it: the events bracket device work, not launch and host overhead. Where the host's time from
-    the spin to the call's return outlasted the spin, the spin grows and the call is timed again.
+    it: the events bracket device work, not launch and host overhead. Each spin lasts twice the
+    host's last time from the spin to the call's return; where the host outlasted it, the call is
+    timed again behind a longer one.
     The name says the method (``cuda_event+busy_ahead``; the bare event name without ``_sleep``).
     ``cuda`` (``torch.cuda``) and ``clock`` are seams for tests."""
 
@@ -123,11 +124,14 @@ class EventTimer(Timer):
         self.cycles = BUSY_CYCLES
 
     def time(self, fn: Callable[[], None]) -> float:
-        seconds, host_s, busy_s = self._once(fn)
-        for _ in range(BUSY_TRIES - 1):
-            if self._sleep is None or host_s < busy_s or not self._lengthen(host_s, busy_s):
-                break
+        for _ in range(BUSY_TRIES):
             seconds, host_s, busy_s = self._once(fn)
+            if self._sleep is None or busy_s <= 0:
+                break
+            before = self.cycles
+            self.cycles = int(self.cycles / busy_s * min(MAX_BUSY_S, max(MIN_BUSY_S, 2 * host_s)))
+            if host_s < busy_s or self.cycles <= before:  # covered, or the spin cannot grow
+                break
         return seconds
 
     def _once(self, fn: Callable[[], None]) -> tuple[float, float, float]:
@@ -143,15 +147,6 @@ class EventTimer(Timer):
         self._end.synchronize()
         busy_s = float(self._ahead.elapsed_time(self._start)) * 1e-3 if self._sleep is not None else 0.0
         return float(self._start.elapsed_time(self._end)) * 1e-3, host_s, busy_s
-
-    def _lengthen(self, host_s: float, busy_s: float) -> bool:
-        """Spin for twice the host's time next (at most MAX_BUSY_S); False when it cannot grow."""
-        if busy_s <= 0:
-            return False
-        per_s = self.cycles / busy_s
-        cycles = int(min(per_s * MAX_BUSY_S, max(2 * self.cycles, per_s * 2 * host_s)))
-        grown, self.cycles = cycles > self.cycles, max(cycles, self.cycles)
-        return grown
 
 
 class TorchGPUBackend(Backend):

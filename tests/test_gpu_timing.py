@@ -20,6 +20,7 @@ from hwbench.backends.torch_gpu import (
     BUSY_CYCLES,
     BUSY_TRIES,
     MAX_BUSY_S,
+    MIN_BUSY_S,
     TUNE_BUDGET_S,
     EventTimer,
     flush_bytes,
@@ -120,7 +121,9 @@ def test_a_host_slower_than_the_spin_lengthens_it_and_retimes() -> None:
     assert timer.cycles > 2 * 300 * US * CLOCK_HZ  # the next spin outlasts twice the host's time
     grown = timer.cycles
     assert timer.time(small_call(stream, host_s=300 * US)) == pytest.approx(5 * US)
-    assert timer.cycles == grown and stream.log.count("kernel") == 3  # one timing suffices now
+    assert timer.cycles == pytest.approx(grown, rel=1e-3) and stream.log.count("kernel") == 3  # timed once
+    assert timer.time(small_call(stream)) == pytest.approx(5 * US)
+    assert timer.cycles < grown / 4 and stream.log.count("kernel") == 4  # a quick host: a short spin again
 
 
 def test_the_spin_never_grows_past_its_bound() -> None:
@@ -129,6 +132,13 @@ def test_the_spin_never_grows_past_its_bound() -> None:
     timer.time(small_call(stream, host_s=1.0))  # a call whose enqueue takes a second
     assert stream.log.count("kernel") <= BUSY_TRIES
     assert timer.cycles <= MAX_BUSY_S * CLOCK_HZ * 1.01
+
+
+def test_the_spin_never_shrinks_below_its_bound() -> None:
+    stream = FakeStream()
+    timer = EventTimer("cuda_event", cuda=fake_cuda(stream), clock=lambda: stream.host)
+    timer.time(small_call(stream, host_s=0.0))
+    assert timer.cycles == pytest.approx(MIN_BUSY_S * CLOCK_HZ, rel=0.01)
 
 
 def test_measure_records_the_method_and_kernel_time_alone() -> None:
