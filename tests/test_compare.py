@@ -204,3 +204,50 @@ def test_bad_fail_on(value: str, expected: str, capsys: pytest.CaptureFixture[st
 def test_bad_alpha(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(BASE), str(SAME), "--alpha", "2"]) == 2
     assert "--alpha must lie in (0, 1)" in capsys.readouterr().err
+
+
+def test_records_carry_their_kernels_inputs_version_and_the_schema_takes_it() -> None:
+    from hwbench.core.kernel import get_kernel
+    from hwbench.results.files import validate
+    from hwbench.run.case import CaseRequest, base_record
+
+    attention = base_record(CaseRequest("attention", "llvm", "cpu", 0, "fp32", {"seq_q": 4}), None, None)
+    gemm = base_record(CaseRequest("gemm", "numpy", "cpu", 0, "fp32", SHAPE), None, None)
+    assert attention["inputs_version"] == get_kernel("attention").inputs_version == 2
+    assert gemm["inputs_version"] == get_kernel("gemm").inputs_version == 1
+    assert "inputs_version" not in base_record(CaseRequest("nosuch", "x", "cpu", 0, "fp32", {}), None, None)
+    doc = document([{**record("gemm", "llvm", "fp32", SHAPE), "inputs_version": 2}])
+    assert validate(doc) == []
+    doc["records"][0]["inputs_version"] = 0
+    assert validate(doc) and "inputs_version" in validate(doc)[0]
+
+
+def _versioned(tmp_path: Path, name: str, versions: dict[str, int | None]) -> Path:
+    records = []
+    for kernel, version in versions.items():
+        shape = SHAPE if kernel == "gemm" else {"seq_q": 8}
+        rec = record(kernel, "llvm", "fp32", shape, 1e-3, samples=[1e-3, 1.001e-3, 0.999e-3])
+        if version is not None:
+            rec["inputs_version"] = version
+        records.append(rec)
+    return write(tmp_path / name, document(records))
+
+
+def test_compare_notes_a_kernel_whose_inputs_version_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = _versioned(tmp_path, "old.json", {"gemm": None, "attention": None})  # an older file: version 1
+    new = _versioned(tmp_path, "new.json", {"gemm": 1, "attention": 2})
+    doc = compare(load_checked(old), load_checked(new))
+    assert [(n["kernel"], n["base"], n["new"]) for n in doc["inputs_versions"]] == [("attention", [1], [2])]
+    assert "inputs version 1 in base, 2 in new" in doc["inputs_versions"][0]["note"]
+    assert compare(load_checked(new), load_checked(new))["inputs_versions"] == []
+    assert main(["compare", str(old), str(new)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("hwbench: note: attention: inputs version 1 in base, 2 in new") == 1
+    assert "inputs version" not in captured.out  # the table stays on stdout, the note on stderr
+    assert main(["compare", str(old), str(new), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["inputs_versions"][0]["kernel"] == "attention"
+    assert "hwbench: note: attention" in captured.err
+    assert main(["compare", str(new), str(new)]) == 0 and "note" not in capsys.readouterr().err

@@ -5,7 +5,8 @@ Mann-Whitney U test on the timing samples gives p < --alpha (default 0.05) and t
 moved by more than --noise (default 2%). A case that is ok in BASE and fails in NEW is
 broken. With --fail-on STAT:N% (STAT median, mean or min; repeatable) the exit status is
 1 when a case got significantly slower by more than N% on STAT, or broke. Warns when the
-hosts, software stacks or settings differ; lists cases present on one side only.
+hosts, software stacks or settings differ; lists cases present on one side only; notes on
+stderr each kernel whose inputs changed between the two files (its inputs version differs).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
     thresholds = [parse_fail_on(text) for text in args.fail_on]
     noise = parse_percent(args.noise, "--noise")
     doc = compare(load_checked(args.base), load_checked(args.new), args.alpha, noise, thresholds)
+    for entry in doc["inputs_versions"]:
+        print(f"hwbench: note: {entry['note']}", file=sys.stderr)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     if thresholds and doc["regressions"]:
         print(f"hwbench: {doc['regressions']} case(s) regressed beyond {', '.join(doc['fail_on'])}", file=sys.stderr)

@@ -117,6 +117,9 @@ class Kernel(ABC):
     natives: Mapping[str, tuple[Native, ...]] = {}
     #: A collective: one case runs on several processes (``hwbench.collective``), not in one.
     spans_ranks: bool = False
+    #: Version of the values :meth:`make_inputs` draws, written into every record: raised when they
+    #: change, so that results made from other inputs are told apart (``hwbench compare`` warns).
+    inputs_version: int = 1
 
     @property
     def package(self) -> str:

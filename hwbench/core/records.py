@@ -67,8 +67,13 @@ def new_record(
     impl_kind: str | None = None,
     language: str | None = None,
     device: str | None = None,
+    inputs_version: int | None = None,
 ) -> dict[str, Any]:
-    """A record with its coordinates set and every measurement empty (status ok until marked)."""
+    """A record with its coordinates set and every measurement empty (status ok until marked).
+
+    ``inputs_version`` is the kernel's :attr:`~hwbench.core.kernel.Kernel.inputs_version`; a record
+    without one (a probe's, or one an older hwbench wrote) was made from version 1.
+    """
     return {
         "kernel": kernel,
         "impl": impl,
@@ -79,6 +84,7 @@ def new_record(
         "device_index": device_index,
         "dtype": dtype,
         "shape": dict(shape),
+        **({} if inputs_version is None else {"inputs_version": inputs_version}),
         "status": "ok",
         "reason": "",
         "parity": empty_parity(),

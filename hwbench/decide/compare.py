@@ -4,7 +4,9 @@ Cases match on kernel, implementation, backend, device, dtype and shape. Where b
 have timing samples, a two-sided Mann-Whitney U test decides whether they differ; a case
 is *slower* or *faster* only when the test says so (p < alpha) and the median moved by
 more than the noise allowance. A case that ran on the base side and fails on the new one
-is *broken*. Times are lower-is-better throughout (the storage probe records latency).
+is *broken*. Times are lower-is-better throughout (the storage probe records latency). A
+kernel whose records on the two sides were made from different inputs versions (its
+``make_inputs`` changed) is named in ``inputs_versions``.
 """
 
 from __future__ import annotations
@@ -147,6 +149,30 @@ def environment_warnings(base: Loaded, new: Loaded) -> list[str]:
     return lines
 
 
+def inputs_versions(cases: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, set[int]]:
+    """The inputs versions of each kernel's records (a record without one was made from version 1)."""
+    versions: dict[str, set[int]] = {}
+    for record in cases.values():
+        versions.setdefault(record["kernel"], set()).add(record.get("inputs_version", 1))
+    return versions
+
+
+def inputs_version_notes(
+    base: dict[tuple[Any, ...], dict[str, Any]], new: dict[tuple[Any, ...], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One entry per kernel whose records on the two sides were made from different inputs versions."""
+    a, b = inputs_versions(base), inputs_versions(new)
+    notes = []
+    for kernel in [k for k in a if k in b and a[k] != b[k]]:
+        before, after = sorted(a[kernel]), sorted(b[kernel])
+        text = (
+            f"{kernel}: inputs version {'/'.join(map(str, before))} in base, {'/'.join(map(str, after))} in new: "
+            "its records were made from other inputs, so parity is not comparable and times may differ for that alone"
+        )
+        notes.append({"kernel": kernel, "base": before, "new": after, "note": text})
+    return notes
+
+
 def compare_case(
     base: dict[str, Any], new: dict[str, Any], alpha: float, noise: float, thresholds: list[Threshold]
 ) -> dict[str, Any]:
@@ -214,6 +240,7 @@ def compare(
         "noise": noise,
         "fail_on": [str(t) for t in thresholds],
         "warnings": warnings,
+        "inputs_versions": inputs_version_notes(a, b),
         "cases": cases,
         "only_base": [coordinates(r) for k, r in a.items() if k not in b],
         "only_new": [coordinates(r) for k, r in b.items() if k not in a],

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared
+from hwbench.core.errors import UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
 from hwbench.core.records import failed, new_record
@@ -79,7 +80,12 @@ class Case:
 
 
 def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceInfo | None) -> dict[str, Any]:
-    """The record of ``case`` with its coordinates filled and every measurement empty."""
+    """The record of ``case`` with its coordinates and its kernel's inputs version filled and every
+    measurement empty (no inputs version when no kernel has the case's name)."""
+    try:
+        inputs_version: int | None = get_kernel(case.kernel).inputs_version
+    except UserError:
+        inputs_version = None
     return new_record(
         case.kernel,
         case.impl,
@@ -90,6 +96,7 @@ def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceIn
         impl_kind=impl.kind if impl else None,
         language=impl.language if impl else None,
         device=device.name if device else None,
+        inputs_version=inputs_version,
     )
 
 
