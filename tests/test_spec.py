@@ -374,3 +374,83 @@ def test_memory_bytes_counts_storage_and_float64_twice() -> None:
 
 def test_describe_shape() -> None:
     assert GEMM.describe_shape({"K": 3, "M": 1, "N": 2}) == "M=1,N=2,K=3"
+
+
+# --- attention parity: discriminating inputs -------------------------------------------------
+
+BLOCK = 64  # keys per block of a flash-attention kernel (Triton's BLOCK_N, SDPA flash's tiles)
+LONG = {"batch": 1, "heads": 1, "seq_q": 4096, "seq_k": 4096, "head_dim": 64, "causal": 0}
+
+
+def _round_weights(p: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 weights rounded to ``dtype``; fp16's subnormals (below 2**-14) rounded by hand, to
+    multiples of 2**-24, where NumPy's own conversion of them is slow."""
+    if dtype != "fp16":
+        return round_to_dtype(p, dtype).astype(np.float32)
+    tiny = p < 2.0**-14
+    normal = np.where(tiny, np.float32(1.0), p).astype(np.float16).astype(np.float32)
+    return np.where(tiny, np.round(p * np.float32(2.0**24)) * np.float32(2.0**-24), normal)
+
+
+def _flash_attention(inputs: dict[str, np.ndarray], dtype: str, block: int = 512) -> np.ndarray:
+    """Flash attention as the GPU kernels compute it, on one (batch, head): float32 scores, an online
+    softmax over blocks of keys in float32, the weights rounded to ``dtype`` before P @ V (float32
+    sums), the output rounded to ``dtype``."""
+    q, k, v = (inputs[n][0, 0].astype(np.float32) for n in "qkv")
+    q *= np.float32(1.0 / math.sqrt(q.shape[1]))
+    m = np.full((q.shape[0], 1), -np.inf, dtype=np.float32)
+    total = np.zeros((q.shape[0], 1), dtype=np.float32)
+    acc = np.zeros(q.shape, dtype=np.float32)
+    for start in range(0, k.shape[0], block):
+        s = q @ k[start : start + block].T
+        m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+        p, alpha = np.exp(s - m_new), np.exp(m - m_new)
+        total = total * alpha + p.sum(axis=1, keepdims=True)
+        acc = acc * alpha + _round_weights(p, dtype) @ v[start : start + block]
+        m = m_new
+    return round_to_dtype(acc / total, dtype)[None, None]
+
+
+def _without_each_block(inputs: dict[str, np.ndarray], dtype: str) -> list[np.ndarray]:
+    """For each block of 64 keys, the exact output of a kernel that skips it, rounded to ``dtype``."""
+    q, k, v = (inputs[n][0, 0].astype(np.float64) for n in "qkv")
+    scores = (q @ k.T) / math.sqrt(q.shape[1])
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    total, weighted = weights.sum(axis=1), weights @ v
+    blocks = weights.reshape(q.shape[0], -1, BLOCK)  # (query, block, key in block)
+    outs = []
+    for first in range(0, blocks.shape[1], 16):  # 16 blocks at a time bound the memory
+        part = blocks[:, first : first + 16]
+        values = v.reshape(-1, BLOCK, v.shape[1])[first : first + 16]
+        dropped = np.matmul(part.transpose(1, 0, 2), values)  # (block, query, dim)
+        kept = (weighted - dropped) / (total - part.sum(axis=2).T)[:, :, None]
+        outs += [round_to_dtype(out, dtype)[None, None] for out in kept]
+    return outs
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_attention_parity_fails_a_kernel_that_skips_one_block_of_keys(dtype: str) -> None:
+    from hwbench.run import parity
+
+    inputs = ATTENTION.make_inputs(LONG, dtype, seed=0)
+    ref, tol = ATTENTION.reference(inputs, LONG), ATTENTION.tolerance(dtype, LONG)
+    honest = parity.check(_flash_attention(inputs, dtype), ref, tol)
+    assert honest.passed, honest.reason
+    assert honest.max_abs_err is not None and honest.max_abs_err < tol.atol + tol.rtol * 0.5  # well inside
+    for number, skipped in enumerate(_without_each_block(inputs, dtype)):
+        assert not parity.check(skipped, ref, tol).passed, f"skipping keys {number * BLOCK}..+{BLOCK} passed"
+    assert np.abs(ref).min() > 10 * tol.atol  # no output is lost in atol: outputs of 0 fail
+
+
+def test_attention_inputs_make_a_peaked_softmax() -> None:
+    shape = {**LONG, "seq_q": 256}
+    inputs = ATTENTION.make_inputs(shape, "fp32", seed=0)
+    q, k = (inputs[n][0, 0].astype(np.float64) for n in "qk")
+    scores = q @ k.T / 8.0
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    assert 3.5 < scores.std() < 4.5  # Q_BOUND * K_BOUND / 3
+    assert np.median(weights.max(axis=1)) > 0.2  # uniform would be 1 / 4096
+    for name, (low, high) in {"q": (-4, 4), "k": (-3, 3), "v": (0.5, 1.5)}.items():
+        assert low <= inputs[name].min() and inputs[name].max() <= high
+    assert ATTENTION.inputs_version == 2
