@@ -1,81 +1,296 @@
 #!/usr/bin/env bash
-# GPU check on one NVIDIA GPU, in under 8 minutes, installing nothing from the network:
-#   1. hwbench compile --target local (every Triton and llvmlite kernel for this GPU's arch)
-#   2. the CUDA backend at the standard profile (natives, Triton, llvmlite PTX)
-#   3. the figure shapes: bf16 GEMM 8192^3, causal bf16 attention B=4,H=32,S=4096,D=128,
-#      fp32 GEMM 8192^3 and fp32 attention B=1,H=8,S=4096,D=64 (the llvmlite work-group
-#      kernels beside cuBLAS / SDPA, TF32 off)
-# then validates the files and prints the ratios. Usage: bash ci/gpu-check.sh [OUT_PREFIX]
-#   PYTHON=...   interpreter with torch (CUDA build), triton and hwbench (default: .venv, then python3)
+# GPU check on one NVIDIA GPU (cuda:0 unless asked), in at most 5 minutes with its install, with
+# nothing from the network. Sections, each with its own budget in seconds (BUDGET below, 300 in all):
+#   install    this checkout into the check's own folder (the interpreter, torch, Triton and GPUs said)
+#   compile    hwbench compile --target local: every Triton and llvmlite kernel for this GPU, its
+#              Triton builds written to the one cache folder every later section uses
+#   figures    Triton bf16 GEMM 8192^3 beside cuBLAS, causal bf16 attention B=4,H=32,S=4096,D=128
+#              beside SDPA
+#   simt       the llvmlite work-group kernels lowered to PTX, fp32 (TF32 off): GEMM 8192^3 beside
+#              cuBLAS, attention B=1,H=8,S=4096,D=64 beside SDPA
+#   bandwidth  the stream and transfer kernels (skipped, with a line, while hwbench has none)
+#   lowprec    the fp8 GEMM 8192^3 beside its natives (skipped while the GEMM has no fp8)
+#   report     validate the files, then print each figure's speed against its native
+# A section's commands share its budget: each runs under what is left of it, and one still running
+# then is interrupted (SIGINT: hwbench writes the finished cases, marked incomplete; SIGKILL GRACE
+# seconds later), so no section outlasts its budget. Exit status 0 when every step passed, 1
+# otherwise, 2 for bad options or no usable Python.
+#
+# Usage: bash ci/gpu-check.sh [--dry-run] [--device cuda:N]... [--all-devices] [OUT_PREFIX]
+#   --dry-run       print the sections, their budgets and their commands; run nothing; exit 0
+#   --device D      the GPU to run on (repeatable; default cuda:0); or HWBENCH_GPU_CHECK_DEVICES="cuda:0 cuda:1"
+#   --all-devices   every GPU of the node (HWBENCH_GPU_CHECK_DEVICES=all); the sections that run cases
+#                   then take their budget once per GPU, beyond the 5 minutes of one
+#   OUT_PREFIX      results files OUT_PREFIX-SECTION.json (default results/gpu-check-HOST-TIME)
+#   PYTHON=...      interpreter with a CUDA build of torch and Triton (default: .venv/bin/python, then python3)
+#   HWBENCH_GPU_CHECK_CACHE=...  the check's own folder (default results/.cache/gpu-check, kept between runs)
+#   HWBENCH_GPU_CHECK_BUDGETS="figures=150 simt=80"  other budgets (seconds) for the sections named
+#
+# Offline install: the checkout is copied to $HWBENCH_GPU_CHECK_CACHE/src and installed with
+#   pip install --no-index --no-deps --no-build-isolation --target $HWBENCH_GPU_CHECK_CACHE/site
+# (setuptools, NumPy, torch and Triton come from the GPU machine's own stack; nothing else of the
+# interpreter changes), unless the interpreter already imports hwbench from this checkout. No wheel
+# folder is needed: hwbench's only run-time dependency is NumPy (tomli too before Python 3.11), and it
+# checks results files with its own validator (jsonschema serves the test suite alone).
+# Triton's cache (TRITON_CACHE_DIR; CUDA's and CuPy's caches beside it) is one folder under the
+# check's folder for the whole check and kept between runs: Triton builds its C launcher helper there
+# once (that first time needs a C compiler and Python's headers), and later runs start warm.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PIP_NO_INDEX=1  # nothing from the network, whatever pip is asked below
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d -t hwbench-triton-XXXXXX)}"
-export TRITON_DEFAULT_FP_FUSION="${TRITON_DEFAULT_FP_FUSION:-1}"
+cd "$(dirname "$0")/.." || exit 2
 
-pick_python() {
+declare -A BUDGET=([install]=20 [compile]=45 [figures]=110 [simt]=55 [bandwidth]=20 [lowprec]=40 [report]=10)
+SECTIONS=(install compile figures simt bandwidth lowprec report)
+PER_DEVICE=" figures simt bandwidth lowprec "  # sections whose budget counts once per GPU
+GRACE=5
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+die() { echo "gpu-check: $*" >&2; exit 2; }
+
+DRY=0 PREFIX="" DEVICES=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) DRY=1 ;;
+    --device) [ $# -ge 2 ] || die "--device needs a device such as cuda:1"; DEVICES+=("$2"); shift ;;
+    --device=*) DEVICES+=("${1#--device=}") ;;
+    --all-devices) DEVICES=(all) ;;
+    -h | --help) usage; exit 0 ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *) [ -z "$PREFIX" ] || die "give one OUT_PREFIX, not '$PREFIX' and '$1'"; PREFIX=$1 ;;
+  esac
+  shift
+done
+if [ ${#DEVICES[@]} = 0 ]; then read -r -a DEVICES <<<"${HWBENCH_GPU_CHECK_DEVICES:-cuda:0}"; fi
+for device in "${DEVICES[@]}"; do
+  [[ $device =~ ^cuda:[0-9]+$ || ( $device = all && ${#DEVICES[@]} = 1 ) ]] \
+    || die "device '$device' is not cuda:INDEX (or 'all' alone): e.g. --device cuda:1"
+done
+
+for pair in ${HWBENCH_GPU_CHECK_BUDGETS:-}; do  # e.g. "figures=150 simt=80" for a slower machine
+  name=${pair%%=*} value=${pair#*=}
+  [[ $name =~ ^[a-z]+$ && -n ${BUDGET[$name]+set} && $value =~ ^[0-9]+$ ]] \
+    || die "HWBENCH_GPU_CHECK_BUDGETS: '$pair' is not SECTION=SECONDS with SECTION one of ${SECTIONS[*]}"
+  BUDGET[$name]=$value
+done
+
+host=$(uname -n)
+PREFIX=${PREFIX:-results/gpu-check-${host%%.*}-$(date +%Y%m%d-%H%M%S)}
+CACHE=${HWBENCH_GPU_CHECK_CACHE:-results/.cache/gpu-check}
+[[ $CACHE = /* ]] || CACHE="$PWD/$CACHE"
+export PIP_NO_INDEX=1  # nothing from the network, whatever pip is asked
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$CACHE/cuda}
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$CACHE/cupy}
+export TRITON_DEFAULT_FP_FUSION=${TRITON_DEFAULT_FP_FUSION:-1}
+export CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER:-PCI_BUS_ID}  # cuda:N is then nvidia-smi's GPU N
+
+status=0
+started=$(date +%s)
+say() { echo "gpu-check: $*" >&2; }
+
+torch_info() {  # PY: one line on the interpreter, torch, Triton and the GPUs; fails unless a CUDA torch sees one
+  "$1" - 2>/dev/null <<'EOF'
+import sys
+
+import torch
+
+if not (torch.version.cuda and torch.cuda.is_available()):
+    sys.exit(1)
+try:
+    import triton
+
+    stack = f"triton {triton.__version__}"
+except ImportError:
+    stack = "no triton"
+gpus = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+names = ", ".join(f"cuda:{i} {p.name} (sm_{p.major}{p.minor})" for i, p in enumerate(gpus))
+print(f"{sys.executable}: torch {torch.__version__}, {stack}; {names}")
+EOF
+}
+
+find_python() {  # any|cuda: the first interpreter there is (any), or whose torch is a CUDA build that sees a GPU
+  local py info
   for py in "${PYTHON:-}" .venv/bin/python python3; do
-    [ -n "$py" ] && command -v "$py" >/dev/null || continue
-    if "$py" -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.cuda.is_available() else 1)" 2>/dev/null; then
-      echo "$py"; return 0
+    if [ -z "$py" ] || ! command -v "$py" >/dev/null; then continue; fi
+    if [ "$1" = cuda ]; then
+      info=$(torch_info "$py") || continue
+      say "$info"
     fi
+    echo "$py"
+    return 0
   done
   return 1
 }
-PY=$(pick_python) || { echo "gpu-check: no Python with a CUDA build of torch that sees a GPU" >&2; exit 2; }
-if ! "$PY" -c "import hwbench.kernels" 2>/dev/null; then
-  "$PY" -m pip install --quiet --no-index --no-deps --no-build-isolation -e . || {
-    echo "gpu-check: hwbench is not installed for $PY and a local install failed" >&2; exit 2; }
+
+copies_checkout() {  # whether $PY imports hwbench from this checkout
+  "$PY" -c 'import os, sys, hwbench; sys.exit(os.path.realpath(os.path.dirname(hwbench.__file__)) != os.path.realpath("hwbench"))' \
+    2>/dev/null
+}
+
+scale() {  # the factor a section's budget takes: the number of GPUs for those that run cases
+  if [[ $PER_DEVICE = *" $1 "* ]]; then echo "$NGPU"; else echo 1; fi
+}
+
+begin() {  # NAME [START]: a section starts (or started at START, in seconds); its steps share its budget
+  SECTION=$1
+  local budget=$((BUDGET[$1] * $(scale "$1")))
+  SECTION_END=$((${2:-$(date +%s)} + budget))
+  if [ "$DRY" = 1 ]; then echo "section $1 $budget s"; else say "section $1, budget $budget s (t=$(($(date +%s) - started)) s)"; fi
+}
+
+step() {  # COMMAND...: run it within what is left of the section's budget
+  if [ "$DRY" = 1 ]; then
+    local word line="  step:"
+    for word in "$@"; do
+      if [[ $word =~ ^[][A-Za-z0-9_./:=,+*@%-]+$ ]]; then line+=" $word"; else line+=" $(printf '%q' "$word")"; fi
+    done
+    echo "$line"
+    return 0
+  fi
+  local left=$((SECTION_END - $(date +%s) - GRACE)) rc
+  if [ "$left" -lt 5 ]; then
+    say "$SECTION: no time left in its budget for: $*"
+    status=1
+    return 1
+  fi
+  timeout -s INT -k "$GRACE" "$left" "$@"
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    say "$SECTION: stopped at the end of its budget (finished cases kept, marked incomplete): $*"
+  fi
+  [ "$rc" = 0 ] || status=1
+  return "$rc"
+}
+
+skip() {  # WHY: a step this hwbench cannot run yet
+  if [ "$DRY" = 1 ]; then echo "  skip: $*"; else say "$SECTION: skipped: $*"; fi
+}
+
+SOURCES=(pyproject.toml setup.py README.md hwbench kernels backends)
+PIP_INSTALL=(-m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-build-isolation)
+stage() {  # a fresh copy of the checkout's package sources, for pip to install into the check's folder
+  rm -rf "$CACHE/src" "$CACHE/site" && mkdir -p "$CACHE/src" && cp -R "${SOURCES[@]}" "$CACHE/src/"
+}
+
+capabilities() {  # the kernels this hwbench has, then the GEMM's dtypes (empty when it cannot say)
+  "$PY" - <<'EOF' 2>/dev/null
+from hwbench.core.kernel import get_kernel, kernel_targets
+
+print(" ".join(kernel_targets()))
+print(" ".join(get_kernel("gemm").dtypes))
+EOF
+}
+has_kernel() { [ -z "$KERNELS" ] || [[ " $KERNELS " = *" $1 "* ]]; }
+has_gemm_dtype() { [ -z "$GEMM_DTYPES" ] || [[ " $GEMM_DTYPES " = *" $1 "* ]]; }
+
+check_compiler() {  # Triton builds its launcher helper with a C compiler against Python's headers
+  local cc
+  cc=$(command -v "${CC:-cc}" || command -v gcc || command -v clang) || cc=""
+  if [ -z "$cc" ] || ! "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    say "warning: no C compiler or no Python.h for $PY: Triton cannot build its launcher helper unless $TRITON_CACHE_DIR holds it already"
+  fi
+}
+
+# --- install -------------------------------------------------------------------------------------
+if [ "$DRY" = 1 ]; then
+  PY=$(find_python any) || PY=python3
+else
+  command -v timeout >/dev/null || die "needs timeout (GNU coreutils) to keep each section within its budget"
+  PY=$(find_python cuda) || die "no Python with a CUDA build of torch that sees a GPU (set PYTHON=...)"
+fi
+NGPU=1  # the install counts once
+begin install "$started"
+if copies_checkout; then
+  [ "$DRY" = 1 ] && echo "  note: $PY imports hwbench from this checkout: nothing to install"
+else
+  if [ "$DRY" = 1 ]; then
+    echo "  note: ${SOURCES[*]} copied to $CACHE/src"
+  else
+    stage || die "copying this checkout to $CACHE/src failed"
+  fi
+  step "$PY" "${PIP_INSTALL[@]}" --target "$CACHE/site" "$CACHE/src" \
+    || die "installing this checkout for $PY into $CACHE/site failed (see pip's lines above)"
+  export PYTHONPATH="$CACHE/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+{ read -r KERNELS; read -r GEMM_DTYPES; } < <(capabilities; echo; echo) || true
+[ -n "$KERNELS" ] || say "hwbench's kernels could not be listed with $PY: every section is tried"
+if [ "${DEVICES[0]}" = all ]; then
+  if [ "$DRY" = 1 ]; then NGPU=1; else NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())'); fi
+  DEVICE_ARGS=()
+  for ((i = 0; i < NGPU; i++)); do DEVICE_ARGS+=(--device "cuda:$i"); done
+else
+  NGPU=${#DEVICES[@]}
+  DEVICE_ARGS=()
+  for device in "${DEVICES[@]}"; do DEVICE_ARGS+=(--device "$device"); done
 fi
 HB=("$PY" -m hwbench)
-OUT=${1:-results/gpu-check-$(hostname -s)-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$(dirname "$OUT")"
-status=0
-started=$(date +%s)
-step() { echo "gpu-check: $* (t=$(( $(date +%s) - started )) s)" >&2; }
+RUN=("${HB[@]}" run --backend cuda "${DEVICE_ARGS[@]}" --quiet)
+if [ "$DRY" = 1 ]; then
+  echo "  note: devices ${DEVICES[*]}; Triton cache $TRITON_CACHE_DIR; results $PREFIX-*.json"
+else
+  mkdir -p "$(dirname "$PREFIX")" "$TRITON_CACHE_DIR"
+  check_compiler
+fi
 
-step "devices"
-"${HB[@]}" list --backend cuda || status=1
+# --- compile -------------------------------------------------------------------------------------
+begin compile
+step "${HB[@]}" compile --target local --out "$PREFIX-compile.json" --quiet
 
-step "compile for the local architecture"
-timeout -s INT 90 "${HB[@]}" compile --target local --out "$OUT-compile.json" --quiet || status=1
+# --- figures -------------------------------------------------------------------------------------
+begin figures
+step "${RUN[@]}" --kernel gemm,attention --dtype bf16 --impl torch_matmul,torch_sdpa,triton \
+  --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=4,H=32,S=4096,D=128,causal=1 \
+  --budget 0.5 --timeout 90 --out "$PREFIX-figures.json"
 
-# SIGINT on a time-out: hwbench writes the finished cases, marked incomplete.
-step "cuda backend, standard profile"
-timeout -s INT 240 "${HB[@]}" run --backend cuda --kernel gemm,attention --profile standard --budget 0.5 \
-  --timeout 120 --out "$OUT-standard.json" --quiet || status=1
+# --- simt: the llvmlite work-group kernels -------------------------------------------------------
+begin simt
+step "${RUN[@]}" --kernel gemm,attention --dtype fp32 --impl torch_matmul,torch_sdpa,llvm \
+  --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=1,H=8,S=4096,D=64,causal=0 \
+  --budget 0.5 --timeout 45 --out "$PREFIX-simt.json"
 
-step "figure shapes"
-timeout -s INT 150 "${HB[@]}" run --backend cuda --kernel gemm,attention --dtype bf16 --impl torch_matmul,torch_sdpa,triton \
-  --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=4,H=32,S=4096,D=128,causal=1 --budget 1 --timeout 120 \
-  --out "$OUT-figures-bf16.json" --quiet || status=1
-timeout -s INT 90 "${HB[@]}" run --backend cuda --kernel gemm,attention --dtype fp32 \
-  --impl torch_matmul,torch_sdpa,triton,llvm --shape gemm:M=8192,N=8192,K=8192 \
-  --shape attention:B=1,H=8,S=4096,D=64,causal=0 --budget 1 --timeout 50 --out "$OUT-figures-fp32.json" --quiet || status=1
+# --- bandwidth and transfers ---------------------------------------------------------------------
+begin bandwidth
+if has_kernel stream; then
+  step "${RUN[@]}" --kernel stream --profile standard --budget 0.2 --timeout 30 --out "$PREFIX-stream.json"
+else
+  skip "no stream kernel in this hwbench yet (hwbench list)"
+fi
+if has_kernel transfer; then
+  step "${RUN[@]}" --kernel transfer --profile quick --budget 0.2 --timeout 30 --out "$PREFIX-transfer.json"
+else
+  skip "no transfer kernel in this hwbench yet (hwbench list)"
+fi
 
-step "validate"
-"${HB[@]}" validate "$OUT"-*.json || status=1
-"$PY" - "$OUT" <<'EOF' || status=1
-import json, sys, glob
-prefix = sys.argv[1]
-recs = [r for path in glob.glob(prefix + "-figures-*.json") for r in json.load(open(path))["records"]]
-def t(kernel, impl, dtype):
-    return next((r["timing"]["median_s"] for r in recs if r["kernel"] == kernel and r["impl"] == impl
-                 and r["dtype"] == dtype and r["status"] == "ok"), None)
-for label, kernel, port, native, dtype, goal in [
-        ("Triton bf16 GEMM 8192^3 / cuBLAS", "gemm", "triton", "torch_matmul", "bf16", 0.9),
-        ("Triton attention bf16 causal / SDPA", "attention", "triton", "torch_sdpa", "bf16", 0.8),
-        ("llvmlite SIMT fp32 GEMM 8192^3 (PTX) / cuBLAS fp32", "gemm", "llvm", "torch_matmul", "fp32", 0.5),
-        ("llvmlite SIMT fp32 attention (PTX) / SDPA fp32", "attention", "llvm", "torch_sdpa", "fp32", 0.5)]:
-    tp, tn = t(kernel, port, dtype), t(kernel, native, dtype)
-    ratio = f"{tn / tp:.2f}x" if tp and tn else "not measured"
-    print(f"{label:<52} {ratio:>12}  (goal >= {goal}x)")
-compile_doc = glob.glob(prefix + "-compile.json")
-if compile_doc:
-    bad = [r for r in json.load(open(compile_doc[0]))["compile"] if r["status"] != "ok" or r["spilled"]]
-    for r in bad:
-        print(f"compile: {r['target']} {r['impl']} {r['variant']}: {r['status']}"
-              f"{' (spills)' if r.get('spilled') else ''} {r['reason'][:120]}")
-EOF
-step "done: $OUT-*.json (status $status)"
+# --- low precision -------------------------------------------------------------------------------
+begin lowprec
+if has_gemm_dtype fp8; then
+  step "${RUN[@]}" --kernel gemm --dtype fp8 --shape gemm:M=8192,N=8192,K=8192 --budget 0.5 --timeout 30 \
+    --out "$PREFIX-lowprec.json"
+else
+  skip "the GEMM has no fp8 dtype in this hwbench yet (hwbench list)"
+fi
+
+# --- report --------------------------------------------------------------------------------------
+begin report
+if [ "$DRY" = 1 ]; then
+  files=("$PREFIX-*.json")
+else
+  shopt -s nullglob
+  files=("$PREFIX"-*.json)
+  shopt -u nullglob
+fi
+if [ ${#files[@]} = 0 ]; then
+  say "report: no results file was written"
+  status=1
+else
+  step "${HB[@]}" validate "${files[@]}"
+  step "$PY" ci/gpu_check_report.py "${files[@]}"
+fi
+
+total=0
+for name in "${SECTIONS[@]}"; do total=$((total + BUDGET[$name] * $(scale "$name"))); done
+if [ "$DRY" = 1 ]; then
+  echo "total $total s"
+  exit 0
+fi
+say "done in $(($(date +%s) - started)) s of $total s: $PREFIX-*.json (status $status)"
 exit $status

@@ -1,0 +1,504 @@
+"""ci/gpu-check.sh without a GPU: its dry run (sections, budgets, steps), the cases each of its run
+steps plans on a node of eight H200s as hwbench's own planner lays them out, the seconds those
+cases take by a stated cost model, the script's real path driven by a stand-in interpreter (a step
+that outlives its section's budget is stopped), and the closing report of the figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from synthetic_results import document, record, write
+
+from hwbench.cli.main import main
+from hwbench.compile.jobs import compiled_kernels, plan_jobs
+from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.kernel import get_kernel, kernel_targets
+from hwbench.run import runner
+from hwbench.run.case import CaseRequest
+from hwbench.run.describe import describe_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "ci" / "gpu-check.sh"
+REPORT = ROOT / "ci" / "gpu_check_report.py"
+BASH = shutil.which("bash") or "bash"
+FIVE_MINUTES = 300
+GRACE = 5  # the script's SIGINT-to-SIGKILL grace: a step has its section's budget less this
+ORDER = ["install", "compile", "figures", "simt", "bandwidth", "lowprec", "report"]
+
+pytestmark = pytest.mark.skipif(shutil.which("timeout") is None, reason="the script needs coreutils' timeout")
+
+
+@dataclass
+class Section:
+    """One section of the dry run: its budget and its steps (argument lists) or skip lines."""
+
+    name: str
+    budget: int
+    steps: list[list[str]] = field(default_factory=list)
+    skips: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HWBENCH_GPU_CHECK")}
+    return {**env, "PYTHON": sys.executable, **extra}
+
+
+def _dry_run(*args: str, **env: str) -> tuple[list[Section], int, str]:
+    done = subprocess.run(
+        [BASH, str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, env=_env(**env), timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    sections: list[Section] = []
+    total = -1
+    for line in done.stdout.splitlines():
+        if match := re.fullmatch(r"section (\w+) (\d+) s", line):
+            sections.append(Section(match.group(1), int(match.group(2))))
+        elif line.startswith("  step: "):
+            sections[-1].steps.append(shlex.split(line[len("  step: ") :]))
+        elif line.startswith("  skip: "):
+            sections[-1].skips.append(line[len("  skip: ") :])
+        elif line.startswith("  note: "):
+            sections[-1].notes.append(line[len("  note: ") :])
+        elif match := re.fullmatch(r"total (\d+) s", line):
+            total = int(match.group(1))
+    return sections, total, done.stdout
+
+
+def _hwbench_args(step: list[str]) -> list[str] | None:
+    """The hwbench arguments of a step that runs ``python -m hwbench ...`` (None for other steps)."""
+    for i in range(len(step) - 1):
+        if step[i : i + 2] == ["-m", "hwbench"]:
+            return step[i + 2 :]
+    return None
+
+
+def _option(args: list[str], name: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == name]
+
+
+def test_sections_and_budgets_fit_five_minutes() -> None:
+    sections, total, _ = _dry_run()
+    assert [s.name for s in sections] == ORDER
+    assert total == sum(s.budget for s in sections) <= FIVE_MINUTES
+    assert all(s.budget > GRACE + 4 for s in sections)  # every section leaves a step at least 5 s
+    # the dry run says the script's own table
+    table = re.search(r"^declare -A BUDGET=\((.*)\)$", SCRIPT.read_text(), re.MULTILINE)
+    assert table is not None
+    assert {k: int(v) for k, v in re.findall(r"\[(\w+)\]=(\d+)", table.group(1))} == {
+        s.name: s.budget for s in sections
+    }
+    assert all(s.steps or s.skips for s in sections if s.name != "install")  # install: a note where nothing is to do
+
+
+def test_budgets_can_be_set_and_bad_ones_are_one_line() -> None:
+    sections, total, _ = _dry_run(HWBENCH_GPU_CHECK_BUDGETS="figures=150 simt=80")
+    budgets = {s.name: s.budget for s in sections}
+    assert budgets["figures"] == 150 and budgets["simt"] == 80 and total == sum(budgets.values())
+    for bad in ("figures", "nosuch=3", "=3", "figures=ten"):
+        done = subprocess.run(
+            [BASH, str(SCRIPT), "--dry-run"],
+            capture_output=True,
+            text=True,
+            env=_env(HWBENCH_GPU_CHECK_BUDGETS=bad),
+            timeout=60,
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, (bad, done.stderr)
+        assert "is not SECTION=SECONDS" in done.stderr
+
+
+def _run_steps(sections: list[Section]) -> list[tuple[Section, list[str]]]:
+    return [(s, args) for s in sections for step in s.steps if (args := _hwbench_args(step)) and args[0] == "run"]
+
+
+def test_cases_run_only_on_cuda0_unless_asked() -> None:
+    sections, _, _ = _dry_run()
+    runs = _run_steps(sections)
+    assert {"figures", "simt"} <= {s.name for s, _ in runs}
+    for _, args in runs:
+        assert _option(args, "--backend") == ["cuda"] and _option(args, "--device") == ["cuda:0"], args
+    two, total, _ = _dry_run("--device", "cuda:1", "--device=cuda:3")
+    for _, args in _run_steps(two):
+        assert _option(args, "--device") == ["cuda:1", "cuda:3"]
+    by_name = {s.name: s.budget for s in sections}
+    assert {s.name: s.budget for s in two} == {
+        n: b * (2 if n in ("figures", "simt", "bandwidth", "lowprec") else 1) for n, b in by_name.items()
+    }
+    env_chosen, _, _ = _dry_run(HWBENCH_GPU_CHECK_DEVICES="cuda:2")
+    assert all(_option(args, "--device") == ["cuda:2"] for _, args in _run_steps(env_chosen))
+    for bad in (["--device", "cpu:0"], ["--device", "cuda:x"], ["--device", "all", "--device", "cuda:0"], ["-x"]):
+        done = subprocess.run([BASH, str(SCRIPT), *bad], capture_output=True, text=True, env=_env(), timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith("gpu-check: "), bad
+
+
+def test_sections_not_built_yet_are_skipped_with_a_line() -> None:
+    sections, _, _ = _dry_run()
+    by_name = {s.name: s for s in sections}
+    have = set(kernel_targets())
+    runs = {args[args.index("--kernel") + 1] for _, args in _run_steps(sections)}
+    for kernel in ("stream", "transfer"):
+        if kernel in have:
+            assert kernel in runs
+        else:
+            assert any(f"no {kernel} kernel" in line for line in by_name["bandwidth"].skips)
+    if "fp8" in get_kernel("gemm").dtypes:
+        assert by_name["lowprec"].steps
+    else:
+        assert by_name["lowprec"].skips == ["the GEMM has no fp8 dtype in this hwbench yet (hwbench list)"]
+
+
+# --- the cases each run step plans, and the time they take --------------------------------------
+
+#: The cost model of a run step on the H200 machine (16 host cores), in seconds. PROCESS_S: one
+#: hwbench process (Python, torch and CUDA started, host and backend described). CASE_S: a case's
+#: preparation and first output besides what is counted apart. INPUT_S: per input or output element
+#: drawn and rounded on the host. REFERENCE_FLOPS: the float64 reference's BLAS rate; ATTENTION_PAIR_S:
+#: per query-key pair of the attention reference's elementwise passes (scores, mask, max, exp, sum).
+#: PARITY_S: per output element and check (parity runs after the first output and after timing).
+#: TRITON_COMPILE_S: one Triton configuration compiled cold and timed once while tuning; LLVM_COMPILE_S:
+#: an llvmlite kernel lowered to PTX and loaded. Triton's cost follows the issue's count of about 97
+#: cold compiles taking most of 150-230 s; the host costs were measured here (2 cores) and divided by 4.
+PROCESS_S = 12.0
+CASE_S = 2.0
+INPUT_S = 25e-9
+REFERENCE_FLOPS = 2e11
+ATTENTION_PAIR_S = 10e-9
+PARITY_S = 15e-9
+TRITON_COMPILE_S = 2.3
+LLVM_COMPILE_S = 3.0
+MAX_TUNING_SPACE = 6  # the most configurations a Triton kernel tunes over (tests/test_triton_kernels.py)
+
+
+def _fake_cuda(gpus: int) -> dict[str, Any]:
+    """The cuda backend as a node of ``gpus`` H200s would describe it (its real implementation list)."""
+    described = describe_backend("cuda")
+    devices = [
+        {"backend": "cuda", "index": i, "name": "NVIDIA H200", "vendor": "NVIDIA", "kind": "gpu", "arch": "sm_90"}
+        for i in range(gpus)
+    ]
+    return {**described, "available": True, "reason": "", "devices": devices, "environment": {}}
+
+
+class _FakeWorker:
+    """Answers the runner's host and describe requests as the H200 node would."""
+
+    def __init__(self, cuda: dict[str, Any]) -> None:
+        self.cuda = cuda
+
+    def request(self, message: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        if message["op"] == "host":
+            host = {"hostname": "h200", "os": "Linux", "cpu": {"model": "test", "cores": 16}}
+            return {"host": host, "software": {}, "settings": {}, "warnings": []}
+        assert message == {"op": "describe", "backend": "cuda"}, message
+        return self.cuda
+
+    def kill(self) -> None:
+        pass
+
+
+def _planned(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda: dict[str, Any]
+) -> list[CaseRequest]:
+    """The cases ``hwbench run ARGS`` plans (its own option parsing and planner; nothing runs)."""
+    cases: list[CaseRequest] = []
+
+    def run_cases(planned: list[CaseRequest], *rest: Any) -> tuple[list[dict[str, Any]], bool]:
+        cases.extend(planned)
+        return [], False
+
+    monkeypatch.setattr(runner, "Worker", lambda: _FakeWorker(cuda))
+    monkeypatch.setattr(runner, "run_cases", run_cases)
+    out = args.index("--out") + 1
+    args = [*args[:out], str(tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"), *args[out + 1 :]]
+    assert main(args) in (0, 1)  # 1: no case ran (none was meant to); 2 would be an option hwbench refuses
+    return cases
+
+
+def _tuning_space(case: CaseRequest) -> int:
+    try:
+        module = get_kernel(case.kernel).source_module("triton")
+        return len(module.tuning_space("sm_90", case.dtype, case.shape))
+    except ImportError:  # triton is not installed here: the largest space
+        return MAX_TUNING_SPACE
+
+
+def _reference_s(kernel: str, shape: dict[str, int], dtype: str) -> float:
+    spec = get_kernel(kernel)
+    elements = spec.bytes_moved(shape, dtype) / DTYPE_BYTES[dtype]
+    seconds = elements * INPUT_S + spec.flops(shape) / REFERENCE_FLOPS
+    if kernel == "attention":
+        seconds += shape["batch"] * shape["heads"] * shape["seq_q"] * shape["seq_k"] * ATTENTION_PAIR_S
+    return seconds
+
+
+def estimate(cases: list[CaseRequest], timing_budget: float) -> float:
+    """Seconds a run step takes by the cost model above."""
+    seconds = PROCESS_S
+    inputs = {(c.kernel, tuple(sorted(c.shape.items())), c.dtype) for c in cases}
+    seconds += sum(_reference_s(k, dict(s), d) for k, s, d in inputs)
+    for case in cases:
+        out = math.prod(get_kernel(case.kernel).output_shape(case.shape))
+        seconds += CASE_S + 1.2 * timing_budget + 2 * out * PARITY_S  # warm-up is a fifth of the budget
+        if case.impl == "triton":
+            seconds += _tuning_space(case) * TRITON_COMPILE_S
+        elif case.impl == "llvm":
+            seconds += LLVM_COMPILE_S
+    return seconds
+
+
+#: How many cases each section's run step plans on the node: a change to the script's steps that
+#: adds cases must say so here, and fit the budget below.
+EXPECTED_CASES = {"figures": 4, "simt": 4}
+
+
+def test_each_run_step_plans_its_cases_on_cuda0_within_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cuda = _fake_cuda(8)
+    sections, _, _ = _dry_run()
+    seen = {}
+    for section, args in _run_steps(sections):
+        cases = _planned(args, tmp_path, monkeypatch, cuda)
+        assert cases and {c.device_index for c in cases} == {0}, section.name  # one GPU of the eight
+        assert {c.backend for c in cases} == {"cuda"}
+        seconds = estimate(cases, float(_option(args, "--budget")[0]))
+        assert seconds <= section.budget - GRACE, f"{section.name}: about {seconds:.0f} s of {section.budget} s"
+        assert float(_option(args, "--timeout")[0]) < section.budget  # a case's own limit within the section's
+        seen[section.name] = len(cases)
+    assert {k: seen.get(k) for k in EXPECTED_CASES} == EXPECTED_CASES
+    figures = {(c.kernel, c.impl, c.dtype) for c in _planned(_run_steps(sections)[0][1], tmp_path, monkeypatch, cuda)}
+    assert figures == {
+        ("gemm", "torch_matmul", "bf16"),
+        ("gemm", "triton", "bf16"),
+        ("attention", "torch_sdpa", "bf16"),
+        ("attention", "triton", "bf16"),
+    }
+
+
+def test_the_compile_step_fits_its_budget() -> None:
+    sections, _, _ = _dry_run()
+    (section,) = [s for s in sections if s.name == "compile"]
+    (args,) = [a for step in section.steps if (a := _hwbench_args(step))]
+    assert args[:3] == ["compile", "--target", "local"]
+    jobs = plan_jobs(["sm_90"], compiled_kernels(), ["triton", "llvm"])
+    serial = []  # a Triton job compiles its kernel's variants one after another, in one child
+    for job in jobs:
+        if job["impl"] == "triton":
+            try:
+                variants = len(get_kernel(job["kernel"]).source_module("triton").compile_variants("sm_90"))
+            except ImportError:
+                variants = 12
+            serial.append(variants * TRITON_COMPILE_S)
+        else:
+            serial.append(LLVM_COMPILE_S)
+    seconds = PROCESS_S + max(max(serial), sum(serial) / 16)  # 16 compiler processes, one per core
+    assert seconds <= section.budget - GRACE, f"compile: about {seconds:.0f} s of {section.budget} s"
+
+
+# --- the real path, with a stand-in interpreter -------------------------------------------------
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# A stand-in for the GPU machine's python3: logs each call, answers the script's checks, writes
+# an empty results file where hwbench would, and hangs where FAKE_HANG names the output.
+printf '%s\n' "$*" >>"$FAKE_LOG"
+if [ "$1" = - ]; then
+  code=$(cat)
+  case $code in
+    *torch.version.cuda*) echo "fake: torch 2.11.0+cu130, triton 3.6.0; cuda:0 NVIDIA H200 (sm_90)" ;;
+    *kernel_targets*) printf '%s\n%s\n' "gemm attention allreduce" "fp32 fp64 tf32 fp16 bf16" ;;
+  esac
+  exit 0
+fi
+if [ "$1" = -c ]; then
+  case $2 in
+    *hwbench.__file__*) exit "${FAKE_INSTALLED:-0}" ;;
+    *device_count*) echo 2 ;;
+  esac
+  exit 0
+fi
+out=""
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+if [ -n "$out" ]; then
+  if [ -n "${FAKE_HANG:-}" ] && [[ $out = *"$FAKE_HANG"* ]]; then exec sleep 60; fi
+  echo '{}' >"$out"
+fi
+exit 0
+"""
+
+
+def _real(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    done = subprocess.run(
+        [BASH, str(SCRIPT), *args, str(tmp_path / "out" / "check")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(
+            PYTHON=str(fake),
+            FAKE_LOG=str(log),
+            HWBENCH_GPU_CHECK_CACHE=str(tmp_path / "cache"),
+            TRITON_CACHE_DIR=str(tmp_path / "cache" / "triton"),
+            **env,
+        ),
+    )
+    return done, log.read_text().splitlines()
+
+
+def test_the_real_path_runs_the_dry_runs_steps_in_order(tmp_path: Path) -> None:
+    done, calls = _real(tmp_path)
+    assert done.returncode == 0, done.stderr
+    sections, _, _ = _dry_run(str(tmp_path / "out" / "check"))
+    planned = [args for s in sections for step in s.steps if (args := _hwbench_args(step)) and args[0] != "validate"]
+    ran = [shlex.split(c)[2:] for c in calls if c.startswith("-m hwbench ") and " validate " not in c]
+    assert ran == planned
+    outputs = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert outputs == ["check-compile.json", "check-figures.json", "check-simt.json"]
+    report = [c for c in calls if c.startswith(str(REPORT.relative_to(ROOT)))]
+    assert report and sorted(Path(p).name for p in shlex.split(report[0])[1:]) == outputs
+    assert "gpu-check: fake: torch 2.11.0+cu130" in done.stderr and "done in" in done.stderr
+    assert "skipped: no stream kernel in this hwbench yet" in done.stderr
+
+
+def test_the_checkout_is_installed_offline_into_the_checks_folder(tmp_path: Path) -> None:
+    done, calls = _real(tmp_path, FAKE_INSTALLED="1")
+    assert done.returncode == 0, done.stderr
+    (pip,) = [shlex.split(c) for c in calls if c.startswith("-m pip install")]
+    assert {"--no-index", "--no-deps", "--no-build-isolation"} <= set(pip)
+    assert pip[pip.index("--target") + 1] == str(tmp_path / "cache" / "site") and pip[-1] == str(
+        tmp_path / "cache" / "src"
+    )
+    src = tmp_path / "cache" / "src"
+    assert (src / "kernels" / "attention" / "spec.py").is_file() and (src / "setup.py").is_file()
+
+
+def test_every_gpu_when_asked(tmp_path: Path) -> None:
+    done, calls = _real(tmp_path, "--all-devices")
+    assert done.returncode == 0, done.stderr
+    runs = [shlex.split(c) for c in calls if c.startswith("-m hwbench run")]
+    assert runs and all(_option(r, "--device") == ["cuda:0", "cuda:1"] for r in runs)
+
+
+def test_a_step_past_its_budget_is_stopped_and_the_check_goes_on(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done, calls = _real(tmp_path, FAKE_HANG="figures", HWBENCH_GPU_CHECK_BUDGETS="figures=10")
+    assert time.monotonic() - started < 30  # the hung step had 5 s, then 5 s of grace
+    assert done.returncode == 1
+    assert "figures: stopped at the end of its budget" in done.stderr
+    assert any(c.startswith("-m hwbench run") and "simt" in c for c in calls)  # later sections still ran
+
+
+def test_no_cuda_python_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    fake = tmp_path / "python3"
+    fake.write_text("#!/usr/bin/env bash\nexit 1\n")
+    fake.chmod(0o755)
+    done = subprocess.run(
+        [BASH, str(SCRIPT), str(tmp_path / "check")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(PYTHON=str(fake), PATH=str(tmp_path) + os.pathsep + os.environ.get("PATH", "")),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stderr == (
+        "gpu-check: no Python with a CUDA build of torch that sees a GPU (set PYTHON=...)\n"
+    )
+
+
+def test_the_script_is_valid_bash_and_shellcheck_clean() -> None:
+    assert subprocess.run([BASH, "-n", str(SCRIPT)], capture_output=True).returncode == 0
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    done = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+# --- the closing report -------------------------------------------------------------------------
+
+SQUARE = {"M": 8192, "N": 8192, "K": 8192}
+FIGURE_ATTENTION = {"batch": 4, "heads": 32, "seq_q": 4096, "seq_k": 4096, "head_dim": 128, "causal": 1}
+
+
+def test_the_report_prints_each_figure_against_its_native(tmp_path: Path) -> None:
+    cuda = {"backend": "cuda", "device": "NVIDIA H200"}
+    figures = document(
+        [
+            record("gemm", "torch_matmul", "bf16", SQUARE, 1.4e-3, impl_kind="native", **cuda),
+            record("gemm", "triton", "bf16", SQUARE, 1.5e-3, **cuda, speed_vs_native=0.93, native_impl="torch_matmul"),
+            record("attention", "triton", "bf16", FIGURE_ATTENTION, None, status="parity_failed", **cuda),
+        ]
+    )
+    simt = document(
+        [
+            record(
+                "gemm",
+                "llvm",
+                "fp16",
+                {"M": 64, "N": 64, "K": 64},
+                2e-3,
+                **cuda,
+                speed_vs_native=0.25,
+                native_impl="torch_matmul",
+            )
+        ]
+    )
+    compiled = {
+        **document([]),
+        "compile": [
+            {
+                "kernel": "gemm",
+                "impl": "triton",
+                "target": "sm_90",
+                "variant": "gemm_bf16",
+                "status": "ok",
+                "reason": "",
+                "spilled": False,
+            },
+            {
+                "kernel": "attention",
+                "impl": "llvm",
+                "target": "sm_90",
+                "variant": "fp32",
+                "status": "ok",
+                "reason": "",
+                "spilled": True,
+            },
+        ],
+    }
+    paths = [write(tmp_path / "f.json", figures), write(tmp_path / "s.json", simt)]
+    (tmp_path / "c.json").write_text(json.dumps(compiled))
+    done = subprocess.run(
+        [sys.executable, str(REPORT), *map(str, paths), str(tmp_path / "c.json")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+
+    def line(start: str) -> str:
+        (hit,) = [x for x in lines if x.startswith(start)]
+        return hit
+
+    assert "0.93x vs torch_matmul" in line("Triton bf16 GEMM 8192^3") and "(goal >= 0.9x)" in line("Triton bf16 GEMM")
+    assert "parity_failed: parity_failed on purpose" in line("Triton causal bf16 attention")
+    assert "not measured" in line("llvmlite SIMT fp32 GEMM 8192^3") and "not measured" in line("Triton fp8 GEMM")
+    assert "cuda:0 gemm llvm fp16 M=64,N=64,K=64: 0.25x vs torch_matmul" in lines
+    assert line("compile: sm_90 attention llvm fp32: ok (spills)")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    done = subprocess.run([sys.executable, str(REPORT), str(bad)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot read" in done.stderr
