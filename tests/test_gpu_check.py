@@ -37,7 +37,8 @@ FIVE_MINUTES = 300
 GRACE = 5  # the script's SIGINT-to-SIGKILL grace: a step has its section's budget less this
 ORDER = ["install", "compile", "figures", "simt", "bandwidth", "lowprec", "report"]
 
-pytestmark = pytest.mark.skipif(shutil.which("timeout") is None, reason="the script needs coreutils' timeout")
+#: The script's real path bounds each step with coreutils' timeout (the dry run needs none).
+needs_timeout = pytest.mark.skipif(shutil.which("timeout") is None, reason="coreutils' timeout is not installed")
 
 
 @dataclass
@@ -360,6 +361,7 @@ def _real(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedP
     return done, log.read_text().splitlines()
 
 
+@needs_timeout
 def test_the_real_path_runs_the_dry_runs_steps_in_order(tmp_path: Path) -> None:
     done, calls = _real(tmp_path)
     assert done.returncode == 0, done.stderr
@@ -375,6 +377,7 @@ def test_the_real_path_runs_the_dry_runs_steps_in_order(tmp_path: Path) -> None:
     assert "skipped: no stream kernel in this hwbench yet" in done.stderr
 
 
+@needs_timeout
 def test_the_checkout_is_installed_offline_into_the_checks_folder(tmp_path: Path) -> None:
     done, calls = _real(tmp_path, FAKE_INSTALLED="1")
     assert done.returncode == 0, done.stderr
@@ -387,6 +390,7 @@ def test_the_checkout_is_installed_offline_into_the_checks_folder(tmp_path: Path
     assert (src / "kernels" / "attention" / "spec.py").is_file() and (src / "setup.py").is_file()
 
 
+@needs_timeout
 def test_every_gpu_when_asked(tmp_path: Path) -> None:
     done, calls = _real(tmp_path, "--all-devices")
     assert done.returncode == 0, done.stderr
@@ -394,6 +398,7 @@ def test_every_gpu_when_asked(tmp_path: Path) -> None:
     assert runs and all(_option(r, "--device") == ["cuda:0", "cuda:1"] for r in runs)
 
 
+@needs_timeout
 def test_a_step_past_its_budget_is_stopped_and_the_check_goes_on(tmp_path: Path) -> None:
     started = time.monotonic()
     done, calls = _real(tmp_path, FAKE_HANG="figures", HWBENCH_GPU_CHECK_BUDGETS="figures=10")
@@ -403,6 +408,7 @@ def test_a_step_past_its_budget_is_stopped_and_the_check_goes_on(tmp_path: Path)
     assert any(c.startswith("-m hwbench run") and "simt" in c for c in calls)  # later sections still ran
 
 
+@needs_timeout
 def test_no_cuda_python_is_one_line_and_exit_2(tmp_path: Path) -> None:
     fake = tmp_path / "python3"
     fake.write_text("#!/usr/bin/env bash\nexit 1\n")
