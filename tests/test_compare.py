@@ -10,9 +10,12 @@ import pytest
 from synthetic_results import DATA, document, record, write
 
 from hwbench.cli.main import main
+from hwbench.core.kernel import get_kernel
 from hwbench.decide.compare import compare, parse_fail_on
 from hwbench.decide.mann_whitney import mann_whitney_u
 from hwbench.results.checked import load_checked
+from hwbench.results.files import validate
+from hwbench.run.case import CaseRequest, base_record
 
 BASE, SAME, REGRESSED = DATA / "cpu-base.json", DATA / "cpu-new-same.json", DATA / "cpu-new-regressed.json"
 SHAPE = {"M": 8, "N": 8, "K": 8}
@@ -207,10 +210,6 @@ def test_bad_alpha(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_records_carry_their_kernels_inputs_version_and_the_schema_takes_it() -> None:
-    from hwbench.core.kernel import get_kernel
-    from hwbench.results.files import validate
-    from hwbench.run.case import CaseRequest, base_record
-
     attention = base_record(CaseRequest("attention", "llvm", "cpu", 0, "fp32", {"seq_q": 4}), None, None)
     gemm = base_record(CaseRequest("gemm", "numpy", "cpu", 0, "fp32", SHAPE), None, None)
     assert attention["inputs_version"] == get_kernel("attention").inputs_version == 2

@@ -13,6 +13,7 @@ from hwbench.core.kernel import PROFILES, parse_shape_arg
 from hwbench.kernels.allreduce.spec import KERNEL as ALLREDUCE
 from hwbench.kernels.attention.spec import KERNEL as ATTENTION
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
+from hwbench.run import parity
 
 # --- parse_shape_arg -------------------------------------------------------------------------
 
@@ -430,8 +431,6 @@ def _without_each_block(inputs: dict[str, np.ndarray], dtype: str) -> list[np.nd
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_attention_parity_fails_a_kernel_that_skips_one_block_of_keys(dtype: str) -> None:
-    from hwbench.run import parity
-
     inputs = ATTENTION.make_inputs(LONG, dtype, seed=0)
     ref, tol = ATTENTION.reference(inputs, LONG), ATTENTION.tolerance(dtype, LONG)
     honest = parity.check(_flash_attention(inputs, dtype), ref, tol)
