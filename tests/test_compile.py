@@ -93,6 +93,17 @@ def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
         assert by[("gfx942", f"attention_{dtype}_d128_causal")]["mfma"] > 0
 
 
+@pytest.mark.parametrize("variant", ["gemm_bf16"])
+def test_sm90_bf16_gemm_compiles_pipelined_without_spills(compiled: dict, variant: str) -> None:
+    (r,) = [r for r in compiled["compile"] if (r["target"], r["impl"], r["variant"]) == ("sm_90", "triton", variant)]
+    cfg = r["config"]
+    tiles = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2  # one stage of A and B, bf16
+    assert r["spilled"] is False and cfg["num_stages"] >= 3
+    # as the JIT compiles it (tests/test_triton_codegen.py): A and B multi-buffered in shared memory
+    assert r["shared_bytes"] >= (cfg["num_stages"] - 1) * tiles
+    assert cfg["shape"] == {"M": 4096, "N": 4096, "K": 4096}
+
+
 def test_summary_is_printed(compiled: dict) -> None:
     assert "wrote " in compiled["_stdout"] and "gemm_bf16" in compiled["_stdout"]
 

@@ -20,7 +20,13 @@ import pytest
 pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
 pytest.importorskip("torch", reason="the Triton interpreter runs on torch CPU tensors; torch is not installed")
 
-GEMM_CASES = [("fp16", 37, 45, 70), ("fp32", 37, 45, 70), ("tf32", 33, 17, 65), ("fp32", 1, 63, 129)]
+GEMM_CASES = [
+    ("fp16", 37, 45, 70),
+    ("fp32", 37, 45, 70),
+    ("tf32", 33, 17, 65),
+    ("fp32", 1, 63, 129),
+    ("fp16", 70, 33, 16),
+]
 ATTN_CASES = [
     (dtype, causal, d, sq, sk)
     for dtype in ("fp16", "fp32")

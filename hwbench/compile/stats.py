@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +134,9 @@ def amdgcn_stats(assembly: str) -> dict[str, Any]:
     }
 
 
-def _triton_target(arch: str) -> Any:
-    from triton.backends.compiler import GPUTarget
+def triton_target(arch: str) -> Any:
+    """Triton's ``GPUTarget`` of an architecture name (``sm_90``, ``gfx942``)."""
+    from triton.backends.compiler import GPUTarget  # Triton is optional
 
     if arch.startswith("sm_"):
         return GPUTarget("cuda", int(arch[3:].rstrip("a")), 32)
@@ -153,34 +155,53 @@ def _precision_skip(target: Any, precision: str | None) -> str:
     return f"{target.arch} has no {precision} dot (Triton allows {', '.join(allowed)} there)"
 
 
-def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
-    """Compile each variant of a Triton kernel (default configuration) for ``arch``."""
+def compile_variant(variant: Mapping[str, Any], target: Any) -> Any:
+    """Compile one variant of a Triton source's ``compile_variants`` for ``target``: a variant with
+    the call's ``args`` as the JIT compiles that call (:func:`~hwbench.kernels.triton_compat.ast_source`),
+    one with a ``signature`` and ``constexprs`` as given."""
+    # Both paths import Triton, which is optional (hwbench compile's children only).
     import triton
     from triton.compiler import ASTSource
 
+    from hwbench.kernels import triton_compat  # imports Triton
+
+    if "args" in variant:
+        return triton_compat.compile_call(variant["fn"], variant["args"], target, variant["options"])
+    source = ASTSource(variant["fn"], variant["signature"], variant["constexprs"])
+    return triton.compile(source, target=target, options=dict(variant["options"]))
+
+
+def triton_records(arch: str, kernel: str) -> list[dict[str, Any]]:
+    """Compile each variant of a Triton kernel (default configuration) for ``arch``."""
     source = get_kernel(kernel).source_module("triton")
-    target = _triton_target(arch)
-    records = []
-    for v in source.compile_variants(arch):
-        record = base_record(kernel, "triton", arch, v["name"], v["dtype"])
-        record["config"] = dict(v["config"])
-        skip = _precision_skip(target, v.get("precision"))
-        if skip:
-            record.update(status="skipped", reason=skip)
-            records.append(record)
-            continue
-        t0 = time.perf_counter()
-        try:
-            compiled = triton.compile(
-                ASTSource(v["fn"], v["signature"], v["constexprs"]), target=target, options=dict(v["options"])
-            )
-            record["compile_s"] = time.perf_counter() - t0
-            record.update(_stats(compiled.asm, arch, prefer_triton=True))
-            record["shared_bytes"] = max(record["shared_bytes"] or 0, int(compiled.metadata.shared or 0))
-        except Exception as exc:  # the compiler's rejection is the record
-            record.update(status="compile_error", reason=_one_line(exc), compile_s=time.perf_counter() - t0)
-        records.append(record)
-    return records
+    target = triton_target(arch)
+    return [variant_record(kernel, arch, v, target) for v in source.compile_variants(arch)]
+
+
+def variant_record(kernel: str, arch: str, variant: Mapping[str, Any], target: Any) -> dict[str, Any]:
+    """The compile record of one variant of a Triton source's ``compile_variants``."""
+    record = base_record(kernel, "triton", arch, variant["name"], variant["dtype"])
+    record["config"] = dict(variant["config"])
+    skip = _precision_skip(target, variant.get("precision"))
+    if skip:
+        record.update(status="skipped", reason=skip)
+        return record
+    t0 = time.perf_counter()
+    try:
+        compiled = compile_variant(variant, target)
+        record["compile_s"] = time.perf_counter() - t0
+        record.update(triton_stats(compiled, arch))
+    except Exception as exc:  # the compiler's rejection is the record
+        record.update(status="compile_error", reason=_one_line(exc), compile_s=time.perf_counter() - t0)
+    return record
+
+
+def triton_stats(compiled: Any, arch: str) -> dict[str, Any]:
+    """Registers, spills, shared memory and tensor-core instructions of a compiled Triton kernel
+    (``ptxas -v`` with Triton's ``ptxas`` for NVIDIA, the code object metadata for AMD)."""
+    stats = _stats(compiled.asm, arch, prefer_triton=True)
+    stats["shared_bytes"] = max(stats["shared_bytes"] or 0, int(compiled.metadata.shared or 0))
+    return stats
 
 
 def _stats(asm: dict[str, Any], arch: str, prefer_triton: bool) -> dict[str, Any]:

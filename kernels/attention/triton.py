@@ -25,6 +25,7 @@ import triton.language as tl
 
 from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
+from hwbench.kernels import triton_compat as compat
 
 KERNEL = "attention"
 DTYPES = ("fp16", "bf16", "fp32")
@@ -238,46 +239,41 @@ def default_config(arch: str, dtype: str, head_dim: int) -> Config:
     return configs(arch, dtype, head_dim)[0]
 
 
+#: The sequence lengths ``hwbench compile`` compiles for (batch 1, one head: strides alone matter).
+COMPILE_SEQ = 4096
+
+
+def plan(q: Any, k: Any, v: Any, o: Any, causal: bool, config: Config) -> compat.Call:
+    """The launch of ``o = attention(q, k, v)`` for contiguous (batch, heads, seq, head_dim) tensors:
+    torch tensors, or :class:`~hwbench.kernels.triton_compat.Pointer` stand-ins for a compile-only build."""
+    bsz, heads, sq, d = q.shape
+    sk = k.shape[2]
+    (_, sqh, sqm, _), (_, skh, skn, _), (_, svh, svn, _), (_, soh, som, _) = (t.stride() for t in (q, k, v, o))
+    args = {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o, "SQ": sq, "SK": sk, "sm_scale": 1.0 / math.sqrt(d)}
+    args.update(stride_qb=sqh, stride_qm=sqm, stride_kb=skh, stride_kn=skn, stride_vb=svh, stride_vn=svn)
+    args.update(stride_ob=soh, stride_om=som, CAUSAL=int(bool(causal)), HEAD_DIM=d)
+    args.update(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_D=block_d(d))
+    return compat.Call(attention_kernel, (triton.cdiv(sq, config.block_m), bsz * heads), args, config.options())
+
+
 def compile_variants(arch: str) -> list[dict[str, Any]]:
-    """What ``hwbench compile`` builds: each dtype, causal and not, head_dim 64 and 128, default config."""
+    """What ``hwbench compile`` builds: each dtype, causal and not, head_dim 64 and 128, default
+    config, each as the call :func:`plan` makes for :data:`COMPILE_SEQ` queries and keys."""
     variants = []
     for dtype in DTYPES:
-        elem = ELEMENT[dtype]
         for head_dim in (64, 128):
             cfg = default_config(arch, dtype, head_dim)
+            q, k, v, o = (compat.Pointer(ELEMENT[dtype], (1, 1, COMPILE_SEQ, head_dim)) for _ in range(4))
             for causal in (0, 1):
-                sig = {
-                    "q_ptr": f"*{elem}",
-                    "k_ptr": f"*{elem}",
-                    "v_ptr": f"*{elem}",
-                    "o_ptr": f"*{elem}",
-                    "SQ": "i32",
-                    "SK": "i32",
-                    "sm_scale": "fp32",
-                    "stride_qb": "i32",
-                    "stride_qm": "i32",
-                    "stride_kb": "i32",
-                    "stride_kn": "i32",
-                    "stride_vb": "i32",
-                    "stride_vn": "i32",
-                    "stride_ob": "i32",
-                    "stride_om": "i32",
-                }
+                call = plan(q, k, v, o, bool(causal), cfg)
                 variants.append(
                     {
                         "name": f"attention_{dtype}_d{head_dim}{'_causal' if causal else ''}",
                         "dtype": dtype,
-                        "fn": attention_kernel,
-                        "signature": sig,
-                        "constexprs": {
-                            "CAUSAL": causal,
-                            "HEAD_DIM": head_dim,
-                            "BLOCK_M": cfg.block_m,
-                            "BLOCK_N": cfg.block_n,
-                            "BLOCK_D": block_d(head_dim),
-                        },
-                        "options": cfg.options(),
-                        "config": {**cfg.as_dict(), "head_dim": head_dim, "causal": causal},
+                        "fn": call.fn,
+                        "args": call.args,
+                        "options": call.options,
+                        "config": {**cfg.as_dict(), "head_dim": head_dim, "causal": causal, "seq": COMPILE_SEQ},
                     }
                 )
     return variants
@@ -285,32 +281,7 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
 
 def launch(q: Any, k: Any, v: Any, o: Any, causal: bool, config: Config) -> None:
     """``o = attention(q, k, v)`` for contiguous (batch, heads, seq, head_dim) tensors."""
-    bsz, heads, sq, d = q.shape
-    sk = k.shape[2]
-    grid = (triton.cdiv(sq, config.block_m), bsz * heads)
-    attention_kernel[grid](
-        q,
-        k,
-        v,
-        o,
-        sq,
-        sk,
-        1.0 / math.sqrt(d),
-        q.stride(1),
-        q.stride(2),
-        k.stride(1),
-        k.stride(2),
-        v.stride(1),
-        v.stride(2),
-        o.stride(1),
-        o.stride(2),
-        CAUSAL=int(bool(causal)),
-        HEAD_DIM=d,
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_D=block_d(d),
-        **config.options(),
-    )
+    plan(q, k, v, o, causal, config).run()
 
 
 def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:

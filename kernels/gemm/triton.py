@@ -1,15 +1,15 @@
 """GEMM ``C = A @ B`` in Triton: one source for NVIDIA (PTX) and AMD (AMDGCN).
 
-One program computes a ``BLOCK_M x BLOCK_N`` tile of C, walking K in ``BLOCK_K``
-steps with ``tl.dot`` (tensor cores: mma/wgmma on NVIDIA, mfma on AMD) into a
-float32 accumulator. Programs are ordered in groups of ``GROUP_M`` rows of tiles
-so that neighbouring programs share A and B tiles in L2. Edges are masked, so
-any M, N, K works. ``fp32`` multiplies in IEEE single precision, ``tf32``
-takes fp32 inputs through the tensor cores' TF32 (XF32 on CDNA3) path;
-fp16/bf16 accumulate in fp32 and round the result to the input dtype.
+One program computes a ``BLOCK_M x BLOCK_N`` tile of C, walking K in ``BLOCK_K`` steps with
+``tl.dot`` (tensor cores: mma/wgmma on NVIDIA, mfma on AMD) into a float32 accumulator; edge
+rows and columns wrap around (``% M``, ``% N``) so that loads stay contiguous and vectorised
+(16-byte ``cp.async`` on NVIDIA, ``dwordx4`` on AMD), and K is masked, so any M, N, K works.
+Tiles are ordered in groups of ``GROUP_M`` rows so that neighbouring
+programs share A and B tiles in L2. ``fp32`` multiplies in IEEE single precision, ``tf32``
+takes fp32 inputs through the tensor cores' TF32 (XF32 on CDNA3) path; fp16/bf16 accumulate
+in fp32 and round the result to the input dtype.
 
-Importing this module imports Triton: only backends and ``hwbench compile`` do.
-"""
+Importing this module imports Triton: only backends and ``hwbench compile`` do."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import triton.language as tl
 
 from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
+from hwbench.kernels import triton_compat as compat
 
 KERNEL = "gemm"
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
@@ -29,6 +30,17 @@ DTYPES = ("fp16", "bf16", "fp32", "tf32")
 ELEMENT = {name: TABLE[name].triton for name in DTYPES}
 #: ``tl.dot`` input precision of each dtype.
 PRECISION = {"fp16": "ieee", "bf16": "ieee", "fp32": "ieee", "tf32": "tf32"}
+
+
+@triton.jit
+def _tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(row, column) of tile number ``tile`` in groups of ``GROUP_M`` tile rows (L2 reuse)."""
+    per_group = GROUP_M * tiles_n
+    first_m = (tile // per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % group_rows
+    pid_n = (tile % per_group) // group_rows
+    return pid_m, pid_n
 
 
 @triton.jit
@@ -52,21 +64,14 @@ def gemm_kernel(
     PRECISION: tl.constexpr,
 ):
     """C[M, N] = A[M, K] @ B[K, N] for one BLOCK_M x BLOCK_N tile."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
-
+    pid_m, pid_n = _tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    # Clamped rows/columns read valid memory; their results are never stored.
-    am = tl.where(rm < M, rm, 0)
-    bn = tl.where(rn < N, rn, 0)
+    # Rows/columns past the edge wrap around: they read valid memory, their results are never
+    # stored, and the indices keep their contiguity (a select would hide it from the vectoriser).
+    am = rm % M
+    bn = rn % N
     a_ptrs = a_ptr + am[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b_ptr + rk[:, None] * stride_bk + bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -123,8 +128,7 @@ def configs(arch: str, dtype: str) -> list[Config]:
         if wide:
             return [amd(128, 128, 32, 8, 0), amd(128, 128, 16, 4, 2), amd(64, 128, 32, 4, 2), amd(256, 128, 16, 8, 0)]
         return [amd(256, 128, 64, 8, 0), amd(128, 128, 64, 4, 2), amd(256, 256, 32, 8, 2), amd(128, 256, 64, 8, 0)]
-    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
-    major = int(digits[:-1] or 0)
+    major = _major(arch)
     if dtype == "fp32":
         return [
             Config(128, 128, 32, 8, 8, 3),
@@ -153,70 +157,61 @@ def default_config(arch: str, dtype: str) -> Config:
     return configs(arch, dtype)[0]
 
 
-def signature() -> dict[str, str]:
-    """Argument types for ahead-of-time compilation (``triton.compiler.ASTSource``), by pointer dtype."""
-    return {
-        "M": "i32",
-        "N": "i32",
-        "K": "i32",
-        "stride_am": "i32",
-        "stride_ak": "i32",
-        "stride_bk": "i32",
-        "stride_bn": "i32",
-        "stride_cm": "i32",
-        "stride_cn": "i32",
-    }
+#: The shape ``hwbench compile`` compiles for: every size a multiple of 16, as most runs are.
+COMPILE_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
 
 
-def compile_variants(arch: str) -> list[dict[str, Any]]:
-    """What ``hwbench compile`` builds: every dtype at its default configuration."""
-    variants = []
-    for dtype in DTYPES:
-        cfg = default_config(arch, dtype)
-        elem = ELEMENT[dtype]
-        sig = {"a_ptr": f"*{elem}", "b_ptr": f"*{elem}", "c_ptr": f"*{elem}", **signature()}
-        variants.append(
-            {
-                "name": f"gemm_{dtype}",
-                "dtype": dtype,
-                "fn": gemm_kernel,
-                "signature": sig,
-                "constexprs": {**cfg.constexprs(), "PRECISION": PRECISION[dtype]},
-                "options": cfg.options(),
-                "config": cfg.as_dict(),
-                "precision": PRECISION[dtype],
-            }
-        )
-    return variants
-
-
-def launch(a: Any, b: Any, c: Any, dtype: str, config: Config) -> None:
-    """Compute ``c = a @ b`` for 2-D tensors (torch tensors on the device, or CPU under the interpreter)."""
-    m, k = a.shape
-    n = b.shape[1]
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    gemm_kernel[grid](
-        a,
-        b,
-        c,
-        m,
-        n,
-        k,
-        a.stride(0),
-        a.stride(1),
-        b.stride(0),
-        b.stride(1),
-        c.stride(0),
-        c.stride(1),
-        **config.constexprs(),
-        PRECISION=PRECISION[dtype],
-        **config.options(),
-    )
+def _major(arch: str) -> int:
+    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
+    return int(digits[:-1] or 0)
 
 
 def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
     """Binding: the configurations a backend tunes over for one case (:func:`configs`)."""
     return configs(arch, dtype)
+
+
+def plan(a: Any, b: Any, c: Any, dtype: str, config: Config) -> compat.Call:
+    """The launch computing ``c = a @ b`` for 2-D ``a``, ``b``, ``c``: torch tensors (on the device,
+    or on the CPU under the interpreter) or :class:`~hwbench.kernels.triton_compat.Pointer`
+    stand-ins for a compile-only build."""
+    m, k = a.shape
+    n = b.shape[1]
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    (sam, sak), (sbk, sbn), (scm, scn) = a.stride(), b.stride(), c.stride()
+    args = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "M": m, "N": n, "K": k}
+    args.update(stride_am=sam, stride_ak=sak, stride_bk=sbk, stride_bn=sbn, stride_cm=scm, stride_cn=scn)
+    args.update(config.constexprs(), PRECISION=PRECISION[dtype])
+    return compat.Call(gemm_kernel, (tiles,), args, config.options())
+
+
+def launch(a: Any, b: Any, c: Any, dtype: str, config: Config) -> None:
+    """Compute ``c = a @ b`` for 2-D tensors (torch tensors on the device, or CPU under the interpreter)."""
+    plan(a, b, c, dtype, config).run()
+
+
+def compile_variants(arch: str) -> list[dict[str, Any]]:
+    """What ``hwbench compile`` builds: every dtype at its default configuration, as the call
+    :func:`plan` makes for :data:`COMPILE_SHAPE`."""
+    m, n, k = COMPILE_SHAPE["M"], COMPILE_SHAPE["N"], COMPILE_SHAPE["K"]
+    variants = []
+    for dtype in DTYPES:
+        elem = ELEMENT[dtype]
+        a, b, c = compat.Pointer(elem, (m, k)), compat.Pointer(elem, (k, n)), compat.Pointer(elem, (m, n))
+        cfg = default_config(arch, dtype)
+        call = plan(a, b, c, dtype, cfg)
+        variants.append(
+            {
+                "name": f"gemm_{dtype}",
+                "dtype": dtype,
+                "fn": call.fn,
+                "args": call.args,
+                "options": call.options,
+                "config": {**cfg.as_dict(), "shape": dict(COMPILE_SHAPE), "grid": list(call.grid)},
+                "precision": PRECISION[dtype],
+            }
+        )
+    return variants
 
 
 def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
