@@ -58,6 +58,8 @@ def test_every_kernel_compiles_for_target(compiled: dict, target: str) -> None:
     variants = {(r["impl"], r["variant"]) for r in mine}
     for dtype in ("fp16", "bf16", "fp32", "tf32"):
         assert ("triton", f"gemm_{dtype}") in variants
+        # the persistent TMA GEMM: sm_90 and newer, tensor-core dtypes only
+        assert (("triton", f"gemm_{dtype}_tma") in variants) == (target == "sm_90" and dtype != "fp32")
     for dtype in ("fp16", "bf16", "fp32"):
         for d in (64, 128):
             assert ("triton", f"attention_{dtype}_d{d}") in variants
@@ -86,6 +88,7 @@ def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
     by = {(r["target"], r["variant"]): r["tensor_core"] for r in compiled["compile"] if r["impl"] == "triton"}
     for dtype in ("fp16", "bf16", "tf32"):
         assert by[("sm_90", f"gemm_{dtype}")]["wgmma"] > 0
+        assert by[("sm_90", f"gemm_{dtype}_tma")]["wgmma"] > 0
         assert by[("gfx942", f"gemm_{dtype}")]["mfma"] > 0
     assert by[("sm_90", "gemm_fp32")] == {"mma": 0, "wgmma": 0, "mfma": 0}  # IEEE fp32: FMA units
     for dtype in ("fp16", "bf16"):
@@ -93,7 +96,7 @@ def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
         assert by[("gfx942", f"attention_{dtype}_d128_causal")]["mfma"] > 0
 
 
-@pytest.mark.parametrize("variant", ["gemm_bf16"])
+@pytest.mark.parametrize("variant", ["gemm_bf16", "gemm_bf16_tma"])
 def test_sm90_bf16_gemm_compiles_pipelined_without_spills(compiled: dict, variant: str) -> None:
     (r,) = [r for r in compiled["compile"] if (r["target"], r["impl"], r["variant"]) == ("sm_90", "triton", variant)]
     cfg = r["config"]

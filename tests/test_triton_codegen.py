@@ -34,6 +34,7 @@ from hwbench.kernels import triton_compat as compat  # noqa: E402
 #: (kernel, target, variant) compiled by the child.
 CASES = [
     *(("gemm", "sm_90", f"gemm_{d}") for d in ("fp16", "bf16", "fp32", "tf32")),
+    *(("gemm", "sm_90", f"gemm_{d}_tma") for d in ("fp16", "bf16", "tf32")),
     *(("gemm", "sm_80", f"gemm_{d}") for d in ("fp16", "bf16", "tf32")),
     *(("gemm", "gfx942", f"gemm_{d}") for d in ("fp16", "bf16")),
     ("attention", "sm_90", "attention_bf16_d128_causal"),
@@ -191,7 +192,7 @@ def _buffered(jit: dict, config: dict, dtype: str) -> bool:
 
 
 # sm_90 tf32 is left out: wgmma takes tf32 B K-major only, so Triton copies the classic kernel's
-# row-major B 4 bytes at a time there.
+# row-major B 4 bytes at a time there; the TMA kernel is that case's fast path (below).
 @pytest.mark.parametrize(
     "target,dtype",
     [("sm_90", "fp16"), ("sm_90", "bf16"), ("sm_90", "fp32"), ("sm_80", "fp16"), ("sm_80", "bf16"), ("sm_80", "tf32")],
@@ -212,6 +213,21 @@ def test_classic_gemm_on_gfx942_loads_dwordx4(built: dict, dtype: str) -> None:
     loads = amd_loads(jit["asm"])
     assert loads and set(loads) <= {"global_load_dwordx4", "buffer_load_dwordx4"}, sorted(set(loads))
     assert jit["spilled"] is False and jit["vgpr_spills"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32"])
+def test_tma_gemm_is_persistent_and_loads_through_tma(built: dict, dtype: str) -> None:
+    from hwbench.kernels.gemm import triton as gemm_tt
+
+    case = built[f"sm_90/gemm_{dtype}_tma"]
+    jit, config, ptx = case["jit"], case["config"], case["jit"]["asm"]
+    loads = ptx_loads(ptx)
+    assert loads["tma"] and not loads["cp.async"] and not loads["ld.global"], loads
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)  # C stored by TMA as well
+    assert config["kernel"] == "tma_persistent" and config["grid"] == [gemm_tt.COMPILE_SMS]
+    assert "%nctaid.x" in ptx and back_edges(ptx) >= 1  # a loop over tiles, striding by the grid
+    assert jit["num_stages"] >= 3 and _buffered(jit, config, dtype), (jit["num_stages"], jit["shared"])
+    assert jit["spilled"] is False and jit["spill_stores_bytes"] == 0
 
 
 @pytest.mark.parametrize("target,variant", [("sm_90", "attention_bf16_d128_causal"), ("sm_80", "attention_fp16_d64")])

@@ -1,10 +1,13 @@
 """GEMM ``C = A @ B`` in Triton: one source for NVIDIA (PTX) and AMD (AMDGCN).
 
-One program computes a ``BLOCK_M x BLOCK_N`` tile of C, walking K in ``BLOCK_K`` steps with
-``tl.dot`` (tensor cores: mma/wgmma on NVIDIA, mfma on AMD) into a float32 accumulator; edge
-rows and columns wrap around (``% M``, ``% N``) so that loads stay contiguous and vectorised
-(16-byte ``cp.async`` on NVIDIA, ``dwordx4`` on AMD), and K is masked, so any M, N, K works.
-Tiles are ordered in groups of ``GROUP_M`` rows so that neighbouring
+Two kernels. The classic one: one program computes a ``BLOCK_M x BLOCK_N`` tile of C, walking
+K in ``BLOCK_K`` steps with ``tl.dot`` (tensor cores: mma/wgmma on NVIDIA, mfma on AMD) into a
+float32 accumulator; edge rows and columns wrap around (``% M``, ``% N``) so that loads stay
+contiguous and vectorised (16-byte ``cp.async`` on NVIDIA, ``dwordx4`` on AMD), and K is
+masked, so any M, N, K works. The persistent TMA one (sm_90+): one program per SM loops over
+the tiles, loading through tensor descriptors (``cp.async.bulk.tensor``); it needs rows of
+16-byte multiples, and the tuning space falls back to the classic kernel (saying why) where
+the shape has not. Tiles are ordered in groups of ``GROUP_M`` rows so that neighbouring
 programs share A and B tiles in L2. ``fp32`` multiplies in IEEE single precision, ``tf32``
 takes fp32 inputs through the tensor cores' TF32 (XF32 on CDNA3) path; fp16/bf16 accumulate
 in fp32 and round the result to the input dtype.
@@ -14,7 +17,7 @@ Importing this module imports Triton: only backends and ``hwbench compile`` do."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import triton
@@ -87,9 +90,43 @@ def gemm_kernel(
     tl.store(c_ptrs, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@triton.jit
+def gemm_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """C = A @ B through tensor descriptors (TMA on sm_90+), persistent: each program loops over
+    tiles ``program_id, program_id + num_programs, ...``. Descriptors zero-fill loads past the
+    edges and clip stores, so any M, N, K works."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ks in range(k_steps):
+            off_k = ks * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
 @dataclass(frozen=True)
 class Config:
-    """One point of the tuning space: tile sizes, grouping, warps and pipeline stages."""
+    """One point of the tuning space: the kernel (classic, or persistent with TMA), tile sizes,
+    grouping, warps and pipeline stages; ``note`` says why a TMA kernel was not used."""
 
     block_m: int
     block_n: int
@@ -98,6 +135,8 @@ class Config:
     num_warps: int = 4
     num_stages: int = 3
     extra: dict[str, Any] = field(default_factory=dict)  # backend options, e.g. AMD's waves_per_eu
+    tma: bool = False
+    note: str = ""
 
     def constexprs(self) -> dict[str, int]:
         """The kernel's tile constexprs."""
@@ -109,7 +148,8 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain form for results records."""
-        return {**self.constexprs(), **self.options()}
+        kind = {"kernel": "tma_persistent" if self.tma else "classic"}
+        return {**kind, **self.constexprs(), **self.options(), **({"note": self.note} if self.note else {})}
 
 
 def configs(arch: str, dtype: str) -> list[Config]:
@@ -157,8 +197,17 @@ def default_config(arch: str, dtype: str) -> Config:
     return configs(arch, dtype)[0]
 
 
+#: Dtypes of the TMA kernel (fp32 in IEEE precision runs on FMA units, where TMA buys little).
+TMA_DTYPES = ("fp16", "bf16", "tf32")
 #: The shape ``hwbench compile`` compiles for: every size a multiple of 16, as most runs are.
 COMPILE_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
+#: Streaming multiprocessors of an H100/H200 SXM: the persistent grid ``hwbench compile`` assumes.
+COMPILE_SMS = 132
+
+
+def has_tma(arch: str) -> bool:
+    """Whether ``arch`` has the Tensor Memory Accelerator (NVIDIA sm_90 and newer)."""
+    return arch.startswith("sm_") and _major(arch) >= 9
 
 
 def _major(arch: str) -> int:
@@ -166,51 +215,94 @@ def _major(arch: str) -> int:
     return int(digits[:-1] or 0)
 
 
+def tma_configs(arch: str, dtype: str) -> list[Config]:
+    """The persistent TMA kernel's tuning space on ``arch`` (empty where it has no TMA or for fp32)."""
+    if not has_tma(arch) or dtype not in TMA_DTYPES:
+        return []
+    bk = 32 if dtype == "tf32" else 64
+    return [Config(128, 128, bk, 8, 8, 4, tma=True), Config(128, 256, bk, 8, 8, 3, tma=True)]
+
+
+def tma_unfit(dtype: str, shape: Shape) -> str:
+    """Why row-major A (M x K), B (K x N) and C (M x N) cannot be TMA descriptors (empty when they can)."""
+    size = TABLE[dtype].bytes
+    bad = [f"{name}={shape[name]}" for name in ("K", "N") if not compat.tma_strides_ok(int(shape[name]), size)]
+    if bad:
+        return f"rows of {', '.join(bad)} {dtype} elements are not a multiple of 16 bytes (TMA needs it)"
+    return ""
+
+
 def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
-    """Binding: the configurations a backend tunes over for one case (:func:`configs`)."""
-    return configs(arch, dtype)
+    """Binding: the configurations a backend tunes over for one case: the persistent TMA kernel's
+    (sm_90+, fp16/bf16/tf32, rows of 16-byte multiples) and the classic kernel's (:func:`configs`);
+    where the shape rules TMA out on a TMA architecture, the classic configurations say why."""
+    classic = configs(arch, dtype)
+    tma = tma_configs(arch, dtype)
+    why = tma_unfit(dtype, shape) if tma else ""
+    if why:
+        return [replace(c, note=f"classic kernel: {why}") for c in classic]
+    return tma + classic
 
 
-def plan(a: Any, b: Any, c: Any, dtype: str, config: Config) -> compat.Call:
-    """The launch computing ``c = a @ b`` for 2-D ``a``, ``b``, ``c``: torch tensors (on the device,
-    or on the CPU under the interpreter) or :class:`~hwbench.kernels.triton_compat.Pointer`
-    stand-ins for a compile-only build."""
+def plan(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | None = None) -> compat.Call:
+    """The launch computing ``c = a @ b`` for 2-D row-major ``a``, ``b``, ``c``: torch tensors (on the
+    device, or on the CPU under the interpreter) or :class:`~hwbench.kernels.triton_compat.Pointer`
+    stand-ins for a compile-only build. ``num_sms`` (the persistent grid) defaults to the device's."""
     m, k = a.shape
     n = b.shape[1]
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
-    (sam, sak), (sbk, sbn), (scm, scn) = a.stride(), b.stride(), c.stride()
-    args = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "M": m, "N": n, "K": k}
-    args.update(stride_am=sam, stride_ak=sak, stride_bk=sbk, stride_bn=sbn, stride_cm=scm, stride_cn=scn)
-    args.update(config.constexprs(), PRECISION=PRECISION[dtype])
-    return compat.Call(gemm_kernel, (tiles,), args, config.options())
+    meta = {**config.constexprs(), "PRECISION": PRECISION[dtype]}
+    if not config.tma:
+        (sam, sak), (sbk, sbn), (scm, scn) = a.stride(), b.stride(), c.stride()
+        args = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "M": m, "N": n, "K": k}
+        strides = {"stride_am": sam, "stride_ak": sak, "stride_bk": sbk, "stride_bn": sbn}
+        args.update(strides, stride_cm=scm, stride_cn=scn, **meta)
+        return compat.Call(gemm_kernel, (tiles,), args, config.options())
+    why = tma_unfit(dtype, {"M": m, "N": n, "K": k})
+    if why or any(t.data_ptr() % compat.ALIGN for t in (a, b, c)):
+        raise ValueError(f"the TMA GEMM cannot take these tensors ({why or 'a base address is not 16-byte aligned'})")
+    descs = {
+        "a_desc": compat.descriptor(a, (config.block_m, config.block_k)),
+        "b_desc": compat.descriptor(b, (config.block_k, config.block_n)),
+        "c_desc": compat.descriptor(c, (config.block_m, config.block_n)),
+    }
+    programs = max(1, min(num_sms or device_sms(a), tiles))
+    return compat.Call(gemm_tma_kernel, (programs,), {**descs, "M": m, "N": n, "K": k, **meta}, config.options())
 
 
-def launch(a: Any, b: Any, c: Any, dtype: str, config: Config) -> None:
+def device_sms(tensor: Any) -> int:
+    """Streaming multiprocessors of the GPU holding ``tensor``."""
+    import torch  # optional SDK: only a device launch of the persistent kernel gets here
+
+    return int(torch.cuda.get_device_properties(tensor.device).multi_processor_count)
+
+
+def launch(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | None = None) -> None:
     """Compute ``c = a @ b`` for 2-D tensors (torch tensors on the device, or CPU under the interpreter)."""
-    plan(a, b, c, dtype, config).run()
+    plan(a, b, c, dtype, config, num_sms).run()
 
 
 def compile_variants(arch: str) -> list[dict[str, Any]]:
-    """What ``hwbench compile`` builds: every dtype at its default configuration, as the call
-    :func:`plan` makes for :data:`COMPILE_SHAPE`."""
+    """What ``hwbench compile`` builds: every dtype at its default configuration, and on sm_90+ the
+    TMA kernel at its first, each as the call :func:`plan` makes for :data:`COMPILE_SHAPE`."""
     m, n, k = COMPILE_SHAPE["M"], COMPILE_SHAPE["N"], COMPILE_SHAPE["K"]
     variants = []
     for dtype in DTYPES:
         elem = ELEMENT[dtype]
         a, b, c = compat.Pointer(elem, (m, k)), compat.Pointer(elem, (k, n)), compat.Pointer(elem, (m, n))
-        cfg = default_config(arch, dtype)
-        call = plan(a, b, c, dtype, cfg)
-        variants.append(
-            {
-                "name": f"gemm_{dtype}",
-                "dtype": dtype,
-                "fn": call.fn,
-                "args": call.args,
-                "options": call.options,
-                "config": {**cfg.as_dict(), "shape": dict(COMPILE_SHAPE), "grid": list(call.grid)},
-                "precision": PRECISION[dtype],
-            }
-        )
+        for suffix, cfg in (("", default_config(arch, dtype)), *(("_tma", t) for t in tma_configs(arch, dtype)[:1])):
+            call = plan(a, b, c, dtype, cfg, COMPILE_SMS)
+            variants.append(
+                {
+                    "name": f"gemm_{dtype}{suffix}",
+                    "dtype": dtype,
+                    "fn": call.fn,
+                    "args": call.args,
+                    "options": call.options,
+                    "config": {**cfg.as_dict(), "shape": dict(COMPILE_SHAPE), "grid": list(call.grid)},
+                    "precision": PRECISION[dtype],
+                }
+            )
     return variants
 
 
