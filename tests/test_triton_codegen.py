@@ -6,7 +6,9 @@ One child process (module fixture) compiles each case twice for its target: once
 JIT (``kernel.warmup(...)`` of the same call, with a stand-in driver that names the target:
 ``triton.runtime.driver.set_active``, in Triton 3.6 and 3.9 alike). The tests then read the
 generated code of the JIT's build: global load widths and ``cp.async`` sizes in PTX,
-``*_load_dwordx4`` in AMDGCN, tensor-memory (TMA) copies, pipeline stages and spills.
+``*_load_dwordx4`` in AMDGCN, tensor-memory (TMA) copies, pipeline stages and spills. Without
+compiling, the specialization ``hwbench compile`` derives is checked against the one Triton's
+own binder derives for arguments of every kind.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ CASES = [
 _CHILD = textwrap.dedent("""
     import hashlib, json, sys
     import torch
-    from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
     from triton.tools.tensor_descriptor import TensorDescriptor
     from hwbench.compile.stats import compile_variant, triton_stats, triton_target, variant_record
