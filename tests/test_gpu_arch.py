@@ -146,3 +146,24 @@ def test_the_linker_is_rocms_then_tritons_then_any_on_path(tmp_path: Path) -> No
     assert found(in_process=False) == str(on_path)
     os.unlink(on_path)
     assert found() == ""
+
+
+@pytest.mark.parametrize(
+    ("props", "cuda", "hip", "want"), [(H200_ON_CUDA, "13.0", None, "sm_90"), (MI300X_ON_HIP, None, "6.4", "gfx942")]
+)
+def test_compile_target_local_names_the_arch_not_the_device(
+    fake_torch_gpu,
+    monkeypatch: pytest.MonkeyPatch,
+    props: SimpleNamespace,
+    cuda: str | None,
+    hip: str | None,
+    want: str,
+) -> None:
+    """``hwbench compile --target local`` on an H200 compiled for "NVIDIA H200" (and failed) before."""
+    import torch
+
+    from hwbench.compile.jobs import local_arch
+
+    fake_torch_gpu(props, cuda=cuda, hip=hip)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert local_arch() == want

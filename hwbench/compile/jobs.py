@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
+from hwbench.backends.torch_gpu import arch_of
 from hwbench.compile import stats as compile_stats
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
@@ -42,9 +43,7 @@ def local_arch() -> str:
         ) from None
     if not torch.cuda.is_available():
         raise UserError("--target local: torch sees no GPU here; name the target instead, e.g. --target sm_90")
-    props = torch.cuda.get_device_properties(0)
-    arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
-    return arch.split(":")[0]
+    return arch_of(torch.cuda.get_device_properties(0), hip=bool(torch.version.hip))
 
 
 def parse_targets(text: str) -> list[str]:
