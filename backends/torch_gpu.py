@@ -429,9 +429,12 @@ def tune(
                 if flush is not None:
                     flush()
                 samples.append(timer.time(call))
-        except (CompilationError, OutOfResources) as exc:
+        except (CompilationError, OutOfResources, ValueError, RuntimeError) as exc:
+            # A variant that cannot run this case (its compiler, the device's resources, a TMA
+            # descriptor the tensors do not fit) leaves the others to be tried; if none runs,
+            # the first failure is the case's.
             first_error = first_error or exc
-            tried.append({**cfg.as_dict(), "error": str(exc).splitlines()[0][:200]})
+            tried.append({**cfg.as_dict(), "error": (str(exc).splitlines() or [type(exc).__name__])[0][:200]})
             continue
         median = float(np.median(samples))
         tried.append({**cfg.as_dict(), "median_s": median})

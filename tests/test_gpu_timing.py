@@ -261,3 +261,21 @@ def test_sdpa_enters_its_backend_pin_once_not_per_call(monkeypatch: pytest.Monke
     del call
     gc.collect()
     assert attention._cur_sdpa_kernel_backends() == before  # released: the flags are as they were
+
+
+def test_a_variant_that_cannot_run_the_case_leaves_the_others_to_tuning() -> None:
+    """A TMA configuration whose descriptor the tensors do not fit (ValueError) is noted, not fatal."""
+    pytest.importorskip("triton")
+
+    def make(cfg: Config):
+        def call() -> None:
+            if cfg.name == "tma":
+                raise ValueError("tensor descriptor: base address not 16-byte aligned")
+
+        return call
+
+    best, tried = tune([Config("tma"), Config("classic")], make, LoggingTimer([]))
+    assert best.name == "classic"
+    assert tried[0] == {"name": "tma", "error": "tensor descriptor: base address not 16-byte aligned"}
+    with pytest.raises(ValueError):
+        tune([Config("tma")], make, LoggingTimer([]))
