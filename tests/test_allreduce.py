@@ -298,11 +298,16 @@ def test_ctrl_c_leaves_no_rank_and_no_segment(tmp_path: Path) -> None:
 def _torchrun(*commands: list[str], cwd: Path, timeout: float = 240) -> list[tuple[int, str]]:
     """Run torchrun agents side by side; on a timeout kill each agent's whole session (its ranks too)."""
     logs = [cwd / f"agent{n}.log" for n in range(len(commands))]
+    scratch = cwd / "tmp"  # torchrun's torchelastic_* folders land here, not in /tmp
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(scratch))
     agents = []
     for command, log in zip(commands, logs, strict=False):
         with open(log, "w") as sink:  # files, not pipes: a chatty agent never blocks on a full pipe
             agents.append(
-                subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+                subprocess.Popen(
+                    command, stdout=sink, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, env=env
+                )
             )
     results = []
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -115,7 +116,10 @@ def browser() -> Iterator[Page]:
     profile = Path(tempfile.mkdtemp(prefix="hwbench-chromium-"))
     log = open(profile / "chromium.log", "wb")
     proc = subprocess.Popen(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=log, stderr=subprocess.STDOUT
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, TMPDIR=str(profile)),  # its org.chromium.* folders go with the profile
     )
     try:
         port_file = profile / "DevToolsActivePort"
