@@ -113,11 +113,8 @@ def _step(step: Callable[[], Any]) -> Any:
 
 def _checked(steps: Pipeline, case: Case) -> tuple[Prepared, dict[str, Any]]:
     """The case prepared and run once, its output checked: a failure or a wrong output fails the test."""
-    try:
-        prepared = steps.prepare(case)
-        found, why = steps.parity(case, steps.first_output(prepared))
-    except CaseFailed as fail:
-        pytest.fail(f"{fail.status}: {fail.reason}", pytrace=False)
+    prepared = _step(lambda: steps.prepare(case))
+    found, why = _step(lambda: steps.parity(case, steps.first_output(prepared)))
     if why:
         pytest.fail(f"parity failed: {why}", pytrace=False)
     return prepared, found

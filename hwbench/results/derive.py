@@ -55,24 +55,22 @@ def _price(doc: dict[str, Any], device: dict[str, Any] | None, reference: Refere
     return quote.usd_per_hour, f"{quote.basis}; {quote.source}; as of {quote.as_of}"
 
 
-def _natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The native record each portable one is compared with: the first native the backend lists."""
-    natives: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for record in records:
-        if record.get("impl_kind") == "native" and record["status"] == "ok":
-            natives.setdefault(metrics.case_key(record), record)
-    return natives
+Natives = dict[tuple[Any, ...], dict[str, Any]]
 
 
-def _fastest_natives(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The fastest ok native record of each case (the best a user can get from a vendor library)."""
-    fastest: dict[tuple[Any, ...], dict[str, Any]] = {}
+def _natives(records: list[dict[str, Any]]) -> tuple[Natives, Natives]:
+    """Per case, the native record each portable one is compared with (the first native the
+    backend lists) and the fastest ok native (the best a user can get from a vendor library)."""
+    first: Natives = {}
+    fastest: Natives = {}
     for record in records:
-        if record.get("impl_kind") == "native" and record["status"] == "ok":
-            key = metrics.case_key(record)
-            if key not in fastest or record["timing"]["median_s"] < fastest[key]["timing"]["median_s"]:
-                fastest[key] = record
-    return fastest
+        if record.get("impl_kind") != "native" or record["status"] != "ok":
+            continue
+        key = metrics.case_key(record)
+        first.setdefault(key, record)
+        if key not in fastest or record["timing"]["median_s"] < fastest[key]["timing"]["median_s"]:
+            fastest[key] = record
+    return first, fastest
 
 
 def _host_native(
@@ -127,8 +125,7 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
             failed(record, refused.status, refused.reason)
         except Exception as exc:  # a kernel's or backend's figure that breaks the formulas
             failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
-    natives = _natives(doc["records"])
-    fastest = _fastest_natives(doc["records"])
+    natives, fastest = _natives(doc["records"])
     for number, figures in gated.items():
         record = doc["records"][number]
         try:
