@@ -19,6 +19,7 @@ import numpy as np
 from hwbench.backends.torch_gpu import TorchGPUBackend
 from hwbench.core.backend import DeviceInfo, present
 from hwbench.core.host import package_version
+from hwbench.kernels.cupy_compat import Streams
 
 
 def _nvidia_smi(index: int, fields: str) -> list[str]:
@@ -65,6 +66,10 @@ def cublas_version() -> str:
         return ""
 
 
+#: The names CuPy's wheels are installed under (the generic one, then one per CUDA major version).
+CUPY_PACKAGES = ("cupy", "cupy-cuda13x", "cupy-cuda12x")
+
+
 class CUDABackend(TorchGPUBackend):
     """CUDA devices (Triton and llvmlite-PTX kernels beside cuBLAS, SDPA and CuPy)."""
 
@@ -105,12 +110,12 @@ class CUDABackend(TorchGPUBackend):
         libs["cublas"] = cublas_version()
         libs["cudnn"] = str(torch.backends.cudnn.version() or "")
         if present("cupy"):
-            libs["cupy"] = package_version("cupy") or package_version("cupy-cuda12x") or "installed"
+            libs["cupy"] = next((v for v in map(package_version, CUPY_PACKAGES) if v), "installed")
         return {k: v for k, v in libs.items() if v}
 
     def loader_missing(self) -> str:
         if not present("cupy"):
-            return "loading llvmlite PTX needs CuPy (pip install cupy-cuda12x)"
+            return "loading llvmlite PTX needs CuPy (pip install 'hwbench[cupy]', or 'hwbench[cupy-cuda13]' on CUDA 13)"
         return ""
 
     def loader_name(self) -> str:
@@ -124,10 +129,10 @@ class CUDABackend(TorchGPUBackend):
         path.write_bytes(binary.binary)
         module = cupy.RawModule(path=str(path))
         function = module.get_function(binary.entry)
+        streams = Streams(cupy)
 
         def launch(blocks: tuple[int, int, int], threads: tuple[int, int, int], args: list[tuple[Any, str]]) -> None:
-            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-            with stream:
+            with streams.get(torch.cuda.current_stream()):
                 function(blocks, threads, tuple(_cupy_arg(v, kind) for v, kind in args))
 
         launch.module = module  # type: ignore[attr-defined]  # keeps the module loaded

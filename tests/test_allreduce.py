@@ -528,22 +528,8 @@ def test_ranks_must_be_positive_and_need_allreduce(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the Triton reduction (GPU path) on this CPU
 
-TRITON_INTERPRETED = """
-import torch
-from hwbench.kernels.allreduce import triton as k
-for dtype in (torch.float32, torch.float16, torch.bfloat16):
-    for n, ranks, lo, hi in [(5000, 8, 0, 5000), (4097, 3, 100, 3001), (10, 1, 0, 10), (64, 2, 7, 7)]:
-        ins = [((torch.arange(n) * 7 + r * 13) % 17 - 8).to(dtype) for r in range(ranks)]
-        out = torch.full((n,), -100.0, dtype=dtype)
-        k.reduce(out, ins, lo, hi, block=1024)
-        want = torch.stack([i.double() for i in ins]).sum(0)
-        assert torch.equal(out[lo:hi].double(), want[lo:hi]), (dtype, n, ranks)
-        assert (out[:lo] == -100).all() and (out[hi:] == -100).all(), "wrote outside [lo, hi)"
-print("exact")
-"""
-
 TRITON_CROSS = """
-import triton
+import re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from hwbench.kernels.allreduce import triton as k
@@ -551,9 +537,17 @@ for target, binary in ((GPUTarget("cuda", 90, 32), "cubin"), (GPUTarget("hip", "
     for v in k.compile_variants(str(target.arch)):
         c = triton.compile(ASTSource(v["fn"], v["signature"], v["constexprs"]), target=target, options=v["options"])
         assert len(c.asm[binary]) > 0, (target, v["name"])
-        text = c.asm["ptx" if binary == "cubin" else "amdgcn"]
-        loads = text.count("ld.global") if binary == "cubin" else text.count("global_load") + text.count("buffer_load")
-        assert loads >= k.MAX_RANKS, (target, v["name"], loads)  # every rank's buffer is read
+        where = (target.arch, v["name"])
+        if binary == "cubin":
+            text = c.asm["ptx"]
+            assert "trap" not in text, where  # a wait that gives up never poisons the context
+            assert "%globaltimer" in text, where  # waits are bounded in time
+            assert len(re.findall(r"atom\\.global\\.acq_rel\\.sys\\.cas", text)) >= 4 * k.MAX_RANKS, where
+            assert text.count("ld.global.v4") >= k.MAX_RANKS, where  # full blocks: 16-byte loads from every rank
+        else:
+            text = c.asm["amdgcn"]
+            assert "s_trap" not in text and "s_memrealtime" in text and "cmpswap" in text, where
+            assert "global_load_dwordx4" in text or "buffer_load_dwordx4" in text, where
 print("compiled")
 """
 
@@ -566,20 +560,7 @@ def _triton_env(tmp_path: Path, interpret: bool) -> dict[str, str]:
     return env
 
 
-def test_triton_reduction_is_exact_under_the_interpreter(tmp_path: Path) -> None:
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
-    pytest.importorskip("torch")
-    proc = subprocess.run(
-        [sys.executable, "-c", TRITON_INTERPRETED],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_triton_env(tmp_path, True),
-    )
-    assert proc.returncode == 0 and "exact" in proc.stdout, proc.stderr[-3000:]
-
-
-def test_triton_reduction_cross_compiles_for_nvidia_and_amd(tmp_path: Path) -> None:
+def test_triton_allreduce_cross_compiles_for_nvidia_and_amd_without_a_trap(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
     proc = subprocess.run(
         [sys.executable, "-c", TRITON_CROSS],

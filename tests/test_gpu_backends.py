@@ -201,3 +201,41 @@ def test_a_read_only_home_moves_the_gpu_caches_before_they_start(name: str, tmp_
     assert "Triton's cache: /proc/self/.triton/cache" in found["reason"] and "is not writable" in found["reason"]
     assert "triton" in found["env"]
     assert (found["cuda"] == str(tmp_path / "hw" / "cuda")) == (name == "cuda")
+
+
+class _TorchStream:
+    def __init__(self, ptr: int, protocol: bool = True) -> None:
+        self.cuda_stream, self.device = ptr, type("Device", (), {"index": 1})()
+        if protocol:
+            self.__cuda_stream__ = lambda: (0, ptr)
+
+
+def _fake_cupy(new_api: bool, made: list[tuple[str, object]]) -> object:
+    from types import SimpleNamespace
+
+    class Stream:
+        pass
+
+    if new_api:
+        Stream.from_external = staticmethod(lambda obj: made.append(("from_external", obj.cuda_stream)) or obj)  # type: ignore[attr-defined]
+
+    def external(ptr: int, device_id: int = -1) -> object:
+        made.append(("ExternalStream", (ptr, device_id)))
+        return object()
+
+    return SimpleNamespace(cuda=SimpleNamespace(Stream=Stream, ExternalStream=external))
+
+
+def test_cupy_streams_are_made_once_per_stream_with_the_api_of_the_installed_cupy() -> None:
+    from hwbench.kernels.cupy_compat import Streams, cupy_stream
+
+    made: list[tuple[str, object]] = []
+    streams = Streams(_fake_cupy(True, made))
+    for _ in range(5):  # five launches on one stream: one CuPy stream
+        streams.get(_TorchStream(7))
+    streams.get(_TorchStream(9))
+    assert made == [("from_external", 7), ("from_external", 9)]  # CuPy 14: no deprecated ExternalStream
+    made.clear()
+    cupy_stream(_fake_cupy(False, made), _TorchStream(7))  # CuPy 12/13
+    cupy_stream(_fake_cupy(True, made), _TorchStream(8, protocol=False))  # a torch without __cuda_stream__
+    assert made == [("ExternalStream", (7, 1)), ("ExternalStream", (8, 1))]

@@ -3,12 +3,13 @@
 * ``nccl`` (native): ``torch.distributed.all_reduce`` on an NCCL process group (RCCL on
   ROCm, through the same backend). Out of place is ``copy_`` then ``all_reduce``.
 * ``triton_symm`` (portable): every rank's input and output live in torch symmetric memory
-  (``torch.distributed._symmetric_memory``), so each rank reads its peers' buffers directly.
-  Messages up to :data:`ONESHOT_MAX_BYTES` go one-shot (every rank sums the whole message
-  from all peers); larger ones reduce-scatter (rank ``r`` sums its slice of every peer's
-  buffer, ``hwbench.kernels.allreduce.triton``) then all-gather (peer copies). Ranks
-  synchronise through the symmetric memory's signal pads (``barrier`` on the device, with
-  a timeout), never through a process group. One node only.
+  (``torch.distributed._symmetric_memory``, pinned to its CUDA backend), so each rank reads
+  its peers' buffers directly. One launch of ``hwbench.kernels.allreduce.triton`` per call,
+  as NCCL's: messages up to :data:`ONESHOT_MAX_BYTES` go one-shot (every rank sums the whole
+  message from all peers), larger ones two-shot (rank ``r`` sums its slice of every peer's
+  buffer and writes it into every peer's output). Ranks synchronise inside that launch,
+  through the signal pads, with bounded waits: a missing peer ends in a timeout record, never
+  in a trap that poisons the context. One node only.
 
 Timing uses device events around each iteration; inputs are built and checked on the device.
 """
@@ -16,8 +17,8 @@ Timing uses device events around each iteration; inputs are built and checked on
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -127,73 +128,41 @@ class NcclAllReduce(GPUCollective):
         return torch_all_reduce(inp, out, inp is out, self.group)
 
 
-class Handle(Protocol):
-    """What the algorithm needs of a symmetric-memory handle (torch's ``_SymmetricMemory``)."""
-
-    def get_remote_tensor(self, peer: int, sizes: tuple[int, ...], dtype: Any) -> Any: ...
-
-    def barrier(self, channel: int = 0, timeout_ms: int = 0) -> None: ...
-
-
-def slices(count: int, ranks: int, itemsize: int) -> list[tuple[int, int]]:
-    """Each rank's ``[lo, hi)`` of a two-shot AllReduce (cache-line multiples, the last one short)."""
-    per_line = max(1, 128 // itemsize)
-    lines = -(-count // per_line)
-    chunk = -(-lines // ranks) * per_line
-    return [(min(r * chunk, count), min((r + 1) * chunk, count)) for r in range(ranks)]
+def signal_pad_bytes(symm_mem: Any) -> int:
+    """Bytes of each rank's signal pad: torch's own figure where it tells (2.9+), else 2048, the
+    smallest default torch has had."""
+    size = getattr(symm_mem, "get_signal_pad_size", None)
+    return int(size()) if callable(size) else 2048
 
 
-def symmetric_operation(
-    inputs: Any,
-    outputs: Any,
-    scratch: Any,
-    rank: int,
-    ranks: int,
-    count: int,
-    dtype: Any,
-    in_place: bool,
-    reduce: Callable[[Any, Sequence[Any], int, int], None],
-    timeout_ms: int,
-    oneshot_max_bytes: int = ONESHOT_MAX_BYTES,
-) -> Callable[[], None]:
-    """One AllReduce over symmetric buffers ``inputs``/``outputs`` (handles); synchronised by their signal pads.
+def pin_backend(symm_mem: Any, device: Any) -> str:
+    """Pin torch's symmetric memory to its ``CUDA`` backend (peer-mapped buffers with signal pads,
+    which the kernel reads through device tables; also what it is called on ROCm) where torch lets one
+    choose; a process already set to another backend is a skip saying so."""
+    if not hasattr(symm_mem, "set_backend"):
+        return "CUDA"
+    current = symm_mem.get_backend(device) if hasattr(symm_mem, "get_backend") else None
+    if current not in (None, "CUDA"):
+        raise CollectiveError(
+            f"torch's symmetric memory is set to its {current} backend here; triton_symm needs its CUDA "
+            "backend (peer-mapped buffers and signal pads)",
+            "skipped",
+        )
+    if current is None:
+        symm_mem.set_backend("CUDA")
+    return "CUDA"
 
-    ``reduce(out, buffers, lo, hi)`` sums ``buffers`` into ``out`` over ``[lo, hi)``; ``scratch``
-    is a local tensor of at least ``count`` elements (the one-shot in-place result).
-    """
-    peers_in = [inputs.get_remote_tensor(p, (count,), dtype) for p in range(ranks)]
-    mine_in = peers_in[rank]
-    barrier = inputs.barrier
-    itemsize = mine_in.element_size()
-    if count * itemsize <= oneshot_max_bytes:
-        target = scratch[:count] if in_place else outputs.get_remote_tensor(rank, (count,), dtype)
 
-        def oneshot() -> None:
-            barrier(channel=0, timeout_ms=timeout_ms)  # every input written
-            reduce(target, peers_in, 0, count)
-            barrier(channel=1, timeout_ms=timeout_ms)  # every peer done reading this rank's input
-            if in_place:
-                mine_in.copy_(target)
-
-        return oneshot
-    bounds = slices(count, ranks, itemsize)
-    results = peers_in if in_place else [outputs.get_remote_tensor(p, (count,), dtype) for p in range(ranks)]
-    mine, (lo, hi) = results[rank], bounds[rank]
-
-    def twoshot() -> None:
-        barrier(channel=0, timeout_ms=timeout_ms)  # every input written
-        reduce(mine, peers_in, lo, hi)  # reduce-scatter: this rank's slice of every input
-        barrier(channel=1, timeout_ms=timeout_ms)  # every slice reduced
-        for peer, (plo, phi) in enumerate(bounds):  # all-gather: peer copies
-            if peer != rank and phi > plo:
-                mine[plo:phi].copy_(results[peer][plo:phi])
-        barrier(channel=2, timeout_ms=timeout_ms)  # every peer done reading this rank's slice
-
-    return twoshot
+def enable_for_group(symm_mem: Any, group_name: str) -> None:
+    """Register the group with symmetric memory where torch still needs it (before 2.11 or so);
+    later torch marks ``enable_symm_mem_for_group`` deprecated (a FutureWarning) and needs nothing."""
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None and getattr(enable, "__deprecated__", None) is None:
+        enable(group_name)
 
 
 class TritonSymmAllReduce(GPUCollective):
-    """The Triton reduction over torch symmetric memory, signal-pad synchronisation."""
+    """The Triton AllReduce over torch symmetric memory: one launch per call, synchronised on the device."""
 
     name, kind, language = "triton_symm", "portable", "triton"
 
@@ -211,23 +180,26 @@ class TritonSymmAllReduce(GPUCollective):
 
         if world.local_size > kernel.MAX_RANKS:
             raise CollectiveError(
-                f"one launch of the Triton reduction reads up to {kernel.MAX_RANKS} GPUs' buffers, "
-                f"not {world.local_size}",
+                f"one launch of the Triton AllReduce serves up to {kernel.MAX_RANKS} GPUs, not {world.local_size}",
                 "skipped",
             )
         self.kernel = kernel
-        self.region = -(-max(max_bytes, 1) // ALIGN) * ALIGN
-        self.tensors = [symm_mem.empty(self.region, dtype=torch.uint8, device=self.device) for _ in range(2)]
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):
-            symm_mem.enable_symm_mem_for_group(world.group.group_name)
+        backend = pin_backend(symm_mem, self.device)
+        region = -(-max(max_bytes, 1) // ALIGN) * ALIGN
+        self.tensors = [symm_mem.empty(region, dtype=torch.uint8, device=self.device) for _ in range(2)]
+        enable_for_group(symm_mem, world.group.group_name)
         self.handles = [symm_mem.rendezvous(t, world.group) for t in self.tensors]
-        self.scratch = torch.empty(self.region, dtype=torch.uint8, device=self.device)
-        self.timeout_ms = int(world.timeout_s * 1000)
+        self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.programs = kernel.max_programs(signal_pad_bytes(symm_mem), world.local_size)
+        self.clock = kernel.CLOCKS["memrealtime" if torch.version.hip else "globaltimer"]
+        self.timeout_ns = int(world.timeout_s * 1e9)
         self.config = {
-            "algorithm": f"one-shot <= {ONESHOT_MAX_BYTES} B, else reduce-scatter (Triton) + all-gather (peer copies)",
-            "sync": "symmetric memory signal pads (device barrier)",
+            "algorithm": f"one-shot <= {ONESHOT_MAX_BYTES} B, else reduce-scatter + all-gather, in one launch",
+            "sync": "signal pads, program by program, inside the kernel (bounded waits)",
+            "symm_mem_backend": backend,
             "gpu": torch.cuda.get_device_name(self.device),
             "block": kernel.BLOCK,
+            "max_programs": self.programs,
         }
 
     def buffers(self, count: int, dtype: str, in_place: bool) -> tuple[Any, Any]:
@@ -236,21 +208,41 @@ class TritonSymmAllReduce(GPUCollective):
         return inp, inp if in_place else self.handles[1].get_remote_tensor(self.world.local_rank, (count,), tdtype)
 
     def operation(self, inp: Any, out: Any, dtype: str) -> Callable[[], None]:
-        import torch
+        in_place = inp is out
+        inputs, outputs = self.handles[0], self.handles[0 if in_place else 1]
+        tables = {
+            "inputs": inputs.buffer_ptrs_dev,
+            "outputs": outputs.buffer_ptrs_dev,
+            "pads": inputs.signal_pad_ptrs_dev,
+        }
+        rank, ranks, count = self.world.local_rank, self.world.local_size, inp.numel()
+        step = self.kernel.plan(count, ranks, rank, inp.element_size(), ONESHOT_MAX_BYTES, self.programs)
+        self.config["programs"] = step["grid"][0]
+        launch, err, clock, timeout = self.kernel.launch, self.err, self.clock, self.timeout_ns
 
-        scratch = self.scratch.view(torch.uint8)[: inp.numel() * inp.element_size()].view(inp.dtype)
-        return symmetric_operation(
-            self.handles[0],
-            self.handles[1],
-            scratch,
-            self.world.local_rank,
-            self.world.local_size,
-            inp.numel(),
-            inp.dtype,
-            inp is out,
-            lambda o, bufs, lo, hi: self.kernel.reduce(o, bufs, lo, hi),
-            self.timeout_ms,
-        )
+        def allreduce() -> None:
+            launch(tables, err, out, count, rank, ranks, step, in_place, timeout, clock)
+
+        return allreduce
+
+    def timed_out(self) -> None:
+        """Raise a timeout when any device barrier of this rank gave up waiting for a peer."""
+        if int(self.err.item()):
+            raise CollectiveError(
+                f"rank {self.world.rank}: a device barrier of the Triton AllReduce waited over "
+                f"{self.timeout_ns / 1e9:g} s for a peer and gave up (the context is intact; the signal "
+                "pads are not, so this implementation stops here)",
+                "timeout",
+            )
+
+    def check(self, buf: Any, pattern: np.ndarray) -> tuple[int, float]:
+        self.timed_out()
+        return super().check(buf, pattern)
+
+    def time_loop(self, op: Callable[[], None], iters: int) -> np.ndarray:
+        samples = super().time_loop(op, iters)
+        self.timed_out()
+        return samples
 
     def close(self) -> None:
         self.handles, self.tensors = [], []

@@ -1,20 +1,31 @@
-"""The reduction of the portable GPU AllReduce in Triton: one source for NVIDIA and AMD.
+"""The portable GPU AllReduce in Triton: one launch per call, one source for NVIDIA and AMD.
 
-Ranks of one node see each other's buffers (torch symmetric memory or IPC handles);
-rank ``r`` sums its slice ``[lo, hi)`` of every rank's buffer into its own (the
-reduce-scatter step; the all-gather is peer copies). One program sums ``BLOCK``
-elements of up to :data:`MAX_RANKS` buffers, accumulating in fp32 for fp16/bf16 and
-rounding once on the store; AllReduce inputs are small integers, so the result is exact
-in any order. Synchronisation between ranks stays on the host side (symmetric memory's
-signal pads / barrier), so this kernel is pure data movement and runs under
-``TRITON_INTERPRET=1`` on the CPU.
+Ranks of one node see each other's buffers (torch symmetric memory): each rank passes the
+device tables of every rank's input, output and signal-pad addresses. One launch does the
+whole AllReduce, synchronised inside the kernel, as NCCL's one launch is:
+
+* one-shot (small messages): every program sums its ``BLOCK`` elements from every rank's
+  input into this rank's output;
+* two-shot: rank ``r`` sums its slice ``[lo, hi)`` of every rank's input and writes the sum
+  into every rank's output (reduce-scatter and all-gather in one pass).
+
+Programs synchronise pairwise across ranks (program ``p`` of every rank) through the
+signal pads, before reading (every input written) and after writing (every peer done
+reading this rank's input, every peer's result written here). A signal is a 32-bit slot
+set 0 -> 1 by the sender and taken 1 -> 0 by the receiver, so the pads are zero again after
+each barrier. Every wait is bounded: past ``timeout`` the kernel sets ``err[0]`` and goes on,
+so a missing peer ends in a timeout record, never in ``__trap()`` and a poisoned context.
+``CLOCK`` says what bounds a wait: 1 NVIDIA's ``%globaltimer`` (ns), 2 AMD's
+``s_memrealtime`` (100 MHz), 0 a count of spins (the interpreter, which has no clock).
+fp16/bf16 accumulate in fp32 and round once on the store; AllReduce inputs are small
+integers, so the result is exact in any order. Runs under ``TRITON_INTERPRET=1`` on the CPU.
 
 Importing this module imports Triton: only GPU backends, tests and ``hwbench compile`` do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import triton
@@ -22,61 +33,257 @@ import triton.language as tl
 
 KERNEL = "allreduce"
 DTYPES = ("fp32", "fp16", "bf16")
-#: Buffers one launch can read; a node has at most this many GPUs in one NVLink/XGMI domain.
+#: Ranks one launch serves; a node has at most this many GPUs in one NVLink/XGMI domain.
 MAX_RANKS = 8
 BLOCK = 2048
+NUM_WARPS = 8
+#: Signal slots each program uses per peer: one before reading, one after writing.
+PHASES = 2
+CLOCKS = {"spins": 0, "globaltimer": 1, "memrealtime": 2}
 
 
 @triton.jit
-def reduce_kernel(out_ptr, in0, in1, in2, in3, in4, in5, in6, in7, lo, hi, NRANKS: tl.constexpr, BLOCK: tl.constexpr):
-    """out[i] = sum of in0..in{NRANKS-1} at i, for i in [lo, hi)."""
-    offs = lo + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < hi
-    acc = tl.load(in0 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 1:
-        acc += tl.load(in1 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 2:
-        acc += tl.load(in2 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 3:
-        acc += tl.load(in3 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 4:
-        acc += tl.load(in4 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 5:
-        acc += tl.load(in5 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 6:
-        acc += tl.load(in6 + offs, mask=mask, other=0.0).to(tl.float32)
-    if NRANKS > 7:
-        acc += tl.load(in7 + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+def _now(CLOCK: tl.constexpr):
+    """The time in ns (CLOCK 1, 2), or 0 where the wait counts spins (CLOCK 0)."""
+    if CLOCK == 1:
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    elif CLOCK == 2:
+        ticks = tl.inline_asm_elementwise(
+            "s_memrealtime $0\ns_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64, is_pure=False, pack=1
+        )
+        t = ticks * 10
+    else:
+        t = tl.zeros((), dtype=tl.int64)
+    return t
 
 
-def reduce(out: Any, inputs: Sequence[Any], lo: int = 0, hi: int | None = None, block: int = BLOCK) -> None:
-    """``out[lo:hi] = sum(inputs)[lo:hi]`` for 1 to :data:`MAX_RANKS` tensors of one dtype."""
-    if not 1 <= len(inputs) <= MAX_RANKS:
-        raise ValueError(f"one launch reduces 1 to {MAX_RANKS} buffers, got {len(inputs)}")
-    hi = out.numel() if hi is None else hi
-    if hi <= lo:
-        return
-    padded = list(inputs) + [inputs[0]] * (MAX_RANKS - len(inputs))  # never read: NRANKS masks them out
-    grid = (triton.cdiv(hi - lo, block),)
-    reduce_kernel[grid](out, *padded, lo, hi, NRANKS=len(inputs), BLOCK=block)
+@triton.jit
+def _swap(flag, expect, new, start, timeout, CLOCK: tl.constexpr):
+    """Turn ``*flag`` from ``expect`` into ``new``; 1 when done, 0 when ``timeout`` passed first."""
+    done = (tl.atomic_cas(flag, expect, new, sem="acq_rel", scope="sys") == expect).to(tl.int32)
+    waited = tl.zeros((), dtype=tl.int64)
+    while (done == 0) & (waited < timeout):
+        done = (tl.atomic_cas(flag, expect, new, sem="acq_rel", scope="sys") == expect).to(tl.int32)
+        if CLOCK == 0:
+            waited += 1
+        else:
+            waited = _now(CLOCK) - start
+    return done
+
+
+@triton.jit
+def _barrier(pad_ptrs, slot, rank, err_ptr, timeout, NRANKS: tl.constexpr, CLOCK: tl.constexpr):
+    """Meet program ``slot // PHASES`` of every rank: signal each peer, then take each peer's signal."""
+    tl.debug_barrier()  # every thread's memory accesses before the signal
+    pads = pad_ptrs.to(tl.pointer_type(tl.uint64))
+    own = tl.load(pads + rank).to(tl.pointer_type(tl.int32))
+    start = _now(CLOCK)
+    ok = tl.full((), 1, tl.int32)
+    for peer in tl.static_range(NRANKS):
+        theirs = tl.load(pads + peer).to(tl.pointer_type(tl.int32))
+        ok = ok & _swap(theirs + slot * NRANKS + rank, 0, 1, start, timeout, CLOCK)
+    for peer in tl.static_range(NRANKS):
+        ok = ok & _swap(own + slot * NRANKS + peer, 1, 0, start, timeout, CLOCK)
+    if ok == 0:
+        tl.atomic_max(err_ptr, 1, sem="relaxed", scope="gpu")
+    tl.debug_barrier()  # no thread reads before the signals are taken
+
+
+@triton.jit
+def _aligned(base, offs, BLOCK: tl.constexpr):
+    """``base + offs``, told to be consecutive addresses from a 16-byte boundary (symmetric buffers
+    are page-aligned and two-shot slices start on cache lines, which an address loaded from a table
+    cannot tell), so full blocks move as 16-byte vectors. The hint must sit where the sum is made."""
+    return tl.max_contiguous(tl.multiple_of(base + offs, 16), BLOCK)
+
+
+@triton.jit
+def _sum(in_ptrs, offs, end, NRANKS: tl.constexpr, ELEMENT: tl.constexpr, BLOCK: tl.constexpr, FULL: tl.constexpr):
+    """Every rank's input at ``offs`` (those below ``end`` unless the block is ``FULL``), summed in fp32."""
+    table = in_ptrs.to(tl.pointer_type(tl.uint64))
+    acc = tl.zeros(offs.shape, dtype=tl.float32)
+    for peer in tl.static_range(NRANKS):
+        ptrs = _aligned(tl.load(table + peer).to(tl.pointer_type(ELEMENT)), offs, BLOCK)
+        if FULL:  # no mask: the loads are 16-byte vectors
+            acc += tl.load(ptrs).to(tl.float32)
+        else:
+            acc += tl.load(ptrs, mask=offs < end, other=0.0).to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _put(base, offs, end, value, BLOCK: tl.constexpr, FULL: tl.constexpr):
+    """Store ``value`` at ``base + offs`` (those below ``end`` unless the block is ``FULL``)."""
+    ptrs = _aligned(base, offs, BLOCK)
+    if FULL:
+        tl.store(ptrs, value)
+    else:
+        tl.store(ptrs, value, mask=offs < end)
+
+
+@triton.jit
+def _reduce(in_ptrs, offs, end, NRANKS: tl.constexpr, ELEMENT: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`_sum` of one block, unmasked when the whole block lies below ``end``, in ``ELEMENT``."""
+    if offs.min() + BLOCK <= end:
+        acc = _sum(in_ptrs, offs, end, NRANKS, ELEMENT, BLOCK, True)
+    else:
+        acc = _sum(in_ptrs, offs, end, NRANKS, ELEMENT, BLOCK, False)
+    return acc.to(ELEMENT)
+
+
+@triton.jit
+def _store(base, offs, end, value, BLOCK: tl.constexpr):
+    """:func:`_put`, unmasked when the whole block lies below ``end``."""
+    if offs.min() + BLOCK <= end:
+        _put(base, offs, end, value, BLOCK, True)
+    else:
+        _put(base, offs, end, value, BLOCK, False)
+
+
+@triton.jit
+def allreduce_kernel(
+    in_ptrs,
+    out_ptrs,
+    pad_ptrs,
+    err_ptr,
+    out_local,
+    count,
+    lo,
+    hi,
+    rank,
+    timeout,
+    NRANKS: tl.constexpr,
+    ONESHOT: tl.constexpr,
+    IN_PLACE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CLOCK: tl.constexpr,
+):
+    """One AllReduce of ``count`` elements over ``NRANKS`` ranks (``out_local``: this rank's output)."""
+    pid = tl.program_id(0)
+    element = out_local.dtype.element_ty
+    _barrier(pad_ptrs, pid * 2, rank, err_ptr, timeout, NRANKS, CLOCK)  # every input written
+    if ONESHOT:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        acc = _reduce(in_ptrs, offs, count, NRANKS, element, BLOCK)
+        if IN_PLACE:  # this rank's input is its output: peers must be done reading it first
+            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)
+            _store(out_local, offs, count, acc, BLOCK)
+        else:
+            _store(out_local, offs, count, acc, BLOCK)
+            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)
+    else:
+        outs = out_ptrs.to(tl.pointer_type(tl.uint64))
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        for first in range(lo + pid.to(tl.int64) * BLOCK, hi, step):
+            offs = first + tl.arange(0, BLOCK)
+            acc = _reduce(in_ptrs, offs, hi, NRANKS, element, BLOCK)
+            for peer in tl.static_range(NRANKS):  # the all-gather: this slice into every rank's output
+                _store(tl.load(outs + peer).to(tl.pointer_type(element)), offs, hi, acc, BLOCK)
+        _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)  # every slice here
+
+
+def slices(count: int, ranks: int, itemsize: int) -> list[tuple[int, int]]:
+    """Each rank's ``[lo, hi)`` of a two-shot AllReduce (cache-line multiples, the last one short)."""
+    per_line = max(1, 128 // itemsize)
+    lines = -(-count // per_line)
+    chunk = -(-lines // ranks) * per_line
+    return [(min(r * chunk, count), min((r + 1) * chunk, count)) for r in range(ranks)]
+
+
+def max_programs(signal_pad_bytes: int, ranks: int) -> int:
+    """Programs a launch may have: each uses :data:`PHASES` 32-bit slots per rank of the signal pad."""
+    return max(1, signal_pad_bytes // (4 * PHASES * ranks))
+
+
+def plan(
+    count: int, ranks: int, rank: int, itemsize: int, oneshot_max_bytes: int, programs: int, block: int = BLOCK
+) -> dict[str, Any]:
+    """The grid and the arguments that differ between calls: one-shot when the message is small enough
+    for one element block per program, else two-shot; every rank gets the same grid."""
+    blocks = -(-count // block)
+    if count * itemsize <= oneshot_max_bytes and blocks <= programs:
+        return {"grid": (max(blocks, 1),), "ONESHOT": True, "lo": 0, "hi": count}
+    bounds = slices(count, ranks, itemsize)
+    widest = max(hi - lo for lo, hi in bounds)
+    lo, hi = bounds[rank]
+    return {"grid": (max(1, min(programs, -(-widest // block))),), "ONESHOT": False, "lo": lo, "hi": hi}
+
+
+def launch(
+    tables: Mapping[str, int],
+    err: Any,
+    out_local: Any,
+    count: int,
+    rank: int,
+    ranks: int,
+    step: Mapping[str, Any],
+    in_place: bool,
+    timeout: int,
+    clock: int,
+    block: int = BLOCK,
+) -> None:
+    """One launch of :func:`allreduce_kernel`; ``tables`` holds the device addresses of the
+    ``inputs``, ``outputs`` and ``pads`` tables, ``step`` what :func:`plan` gave."""
+    if not 1 <= ranks <= MAX_RANKS:
+        raise ValueError(f"one launch serves 1 to {MAX_RANKS} ranks, got {ranks}")
+    allreduce_kernel[step["grid"]](
+        tables["inputs"],
+        tables["outputs"],
+        tables["pads"],
+        err,
+        out_local,
+        count,
+        step["lo"],
+        step["hi"],
+        rank,
+        timeout,
+        NRANKS=ranks,
+        ONESHOT=step["ONESHOT"],
+        IN_PLACE=in_place,
+        BLOCK=block,
+        CLOCK=clock,
+        num_warps=NUM_WARPS,
+    )
+
+
+def clock_for(arch: str) -> int:
+    """What bounds a wait on ``arch``: AMD's real-time counter on ``gfx*``, NVIDIA's global timer else."""
+    return CLOCKS["memrealtime"] if arch.startswith("gfx") else CLOCKS["globaltimer"]
 
 
 def compile_variants(arch: str) -> list[dict[str, Any]]:
     """Ahead-of-time variants (``triton.compiler.ASTSource`` arguments) for ``hwbench compile`` and tests."""
     variants = []
     for dtype in DTYPES:
-        pointer = f"*{dtype}"
-        signature = {"out_ptr": pointer, **{f"in{r}": pointer for r in range(MAX_RANKS)}, "lo": "i64", "hi": "i64"}
-        variants.append(
-            {
-                "name": f"allreduce_reduce_{dtype}_r{MAX_RANKS}",
-                "dtype": dtype,
-                "fn": reduce_kernel,
-                "signature": signature,
-                "constexprs": {"NRANKS": MAX_RANKS, "BLOCK": BLOCK},
-                "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "num_warps": 8},
-                "options": {"num_warps": 8},
+        for oneshot in (True, False):
+            signature = {
+                "in_ptrs": "i64",
+                "out_ptrs": "i64",
+                "pad_ptrs": "i64",
+                "err_ptr": "*i32",
+                "out_local": f"*{dtype}",
+                "count": "i64",
+                "lo": "i64",
+                "hi": "i64",
+                "rank": "i32",
+                "timeout": "i64",
             }
-        )
+            constexprs = {
+                "NRANKS": MAX_RANKS,
+                "ONESHOT": oneshot,
+                "IN_PLACE": False,
+                "BLOCK": BLOCK,
+                "CLOCK": clock_for(arch),
+            }
+            variants.append(
+                {
+                    "name": f"allreduce_{'oneshot' if oneshot else 'twoshot'}_{dtype}_r{MAX_RANKS}",
+                    "dtype": dtype,
+                    "fn": allreduce_kernel,
+                    "signature": signature,
+                    "constexprs": constexprs,
+                    "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "ONESHOT": oneshot, "num_warps": NUM_WARPS},
+                    "options": {"num_warps": NUM_WARPS},
+                }
+            )
     return variants

@@ -17,6 +17,7 @@ import numpy as np
 from hwbench.core.dtypes import device_numpy
 from hwbench.core.host import blas_label, package_version
 from hwbench.core.kernel import Shape
+from hwbench.kernels.cupy_compat import cupy_stream
 
 Call = tuple[Callable[[], Any], dict[str, Any]]
 
@@ -77,7 +78,7 @@ def cupy_matmul(tensors: Mapping[str, Any], out: Any, shape: Shape, dtype: str) 
     import torch
 
     a, b, c = (cupy.from_dlpack(t) for t in (tensors["A"], tensors["B"], out))
-    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    stream = cupy_stream(cupy, torch.cuda.current_stream())
 
     def call() -> Any:
         with stream:
