@@ -211,3 +211,29 @@ def test_user_catalog_unreadable(tmp_path: Path) -> None:
         Catalog.load(bad)
     with pytest.raises(UserError, match="catalog file .*absent.toml: no such file"):
         Catalog.load(tmp_path / "absent.toml")
+
+
+def test_memory_bandwidth_and_host_link_come_with_their_sources() -> None:
+    from hwbench.decide.catalog import Catalog
+
+    catalog = Catalog(
+        {
+            "gpu-x": {
+                "match": ["GPU X"],
+                "mem_tbps": 4.8,
+                "source": "https://example.org/x",
+                "as_of": "2024-11",
+                "host_link": {"gbps": 64, "kind": "PCIe 5.0 x16", "source": "https://example.org/p", "as_of": "2019"},
+            },
+            "gpu-y": {"match": ["GPU Y"], "host_link": {"gbps": "fast"}},
+        },
+        [],
+    )
+    memory = catalog.memory_bandwidth("Vendor GPU X 141GB")
+    assert memory is not None and memory.gbps == 4800 and memory.source == "https://example.org/x"
+    link = catalog.host_link("Vendor GPU X 141GB")
+    assert link is not None and (link.gbps, link.what, link.as_of) == (64, "PCIe 5.0 x16", "2019")
+    assert catalog.memory_bandwidth("GPU Y") is None and catalog.host_link("GPU Y") is None  # no figure, not a guess
+    assert catalog.memory_bandwidth("unknown") is None and catalog.host_link("unknown") is None
+    shipped = Catalog.load().memory_bandwidth("NVIDIA H200")
+    assert shipped is not None and shipped.gbps == 4800

@@ -52,6 +52,17 @@ class CacheSize:
     as_of: str
 
 
+@dataclass(frozen=True)
+class Bandwidth:
+    """A catalog figure in GB/s (10^9 bytes per second), and where it comes from."""
+
+    key: str
+    gbps: float
+    what: str
+    source: str
+    as_of: str
+
+
 class Catalog:
     """The shipped device and price tables, optionally extended by a user file."""
 
@@ -111,6 +122,25 @@ class Catalog:
             str(llc.get("source", "")),
             str(llc.get("as_of", "")),
         )
+
+    def memory_bandwidth(self, device_name: str) -> Bandwidth | None:
+        """The datasheet DRAM/HBM bandwidth of the device called ``device_name`` (``mem_tbps``), or None."""
+        key = self.match(device_name)
+        entry = self.devices.get(key, {}) if key else {}
+        if not _positive(entry.get("mem_tbps")):
+            return None
+        source, as_of = str(entry.get("source", "")), str(entry.get("as_of", ""))
+        return Bandwidth(str(key), float(entry["mem_tbps"]) * 1000, "memory", source, as_of)
+
+    def host_link(self, device_name: str) -> Bandwidth | None:
+        """The host link of the device called ``device_name`` (its ``host_link`` table: ``gbps`` per
+        direction, ``kind`` such as "PCIe 5.0 x16" or "NVLink-C2C", ``source``, ``as_of``), or None."""
+        key = self.match(device_name)
+        link = self.devices.get(key, {}).get("host_link") if key else None
+        if not isinstance(link, dict) or not _positive(link.get("gbps")):
+            return None
+        source, as_of = str(link.get("source", "")), str(link.get("as_of", ""))
+        return Bandwidth(str(key), float(link["gbps"]), str(link.get("kind", "")), source, as_of)
 
     def device_peak(
         self, name: str, own: Mapping[str, float] | None, dtype: str, method: str | None = None
