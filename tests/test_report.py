@@ -77,7 +77,9 @@ def test_full_report_has_every_section_with_charts_and_tables() -> None:
     assert "no ROCm runtime (libamdhip64.so not found)" in page  # an unavailable backend and why
     assert "triton: out of shared memory" in page and "worker died with SIGSEGV" in page  # failures and why
     assert "cpu has no implementation of allreduce" in page  # a skip and why
-    assert "memory bandwidth unknown for this device: only the compute roof is drawn" in page  # CPU roofline
+    assert "datasheet memory bandwidth unknown for this device: its compute roofs are drawn flat" in page  # CPU
+    assert "measured fp32 roof" in page  # the best GEMM of the run, beside the datasheet's
+    assert "measure the memory bandwidth roof with `hwbench run --kernel stream" in page  # what would measure it
     assert "memory roof 3350 GB/s (datasheet nvidia-h100-sxm" in page  # GPU roofline from the catalog
     assert "1 of 102 failed parity" in page
     assert "attention_fp16_d128_causal" in page and "triton is not installed" in page  # compile section

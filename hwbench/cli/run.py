@@ -26,8 +26,10 @@ from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog, user_price
 from hwbench.results import files as results
 from hwbench.results.derive import add_metrics
+from hwbench.results.roofs import add_achievable
 from hwbench.results.tables import ProgressLine, summary
 from hwbench.run.runner import Plan, execute
+from hwbench.run.search import BUDGET_S, SEARCH_TIMING, SearchPlan
 from hwbench.run.signals import StopSignals, exit_status
 from hwbench.run.timing import TimingConfig
 
@@ -84,6 +86,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="AllReduce: spawn this many local ranks (default: each "
         "shape's ranks; under torchrun every rank joins and rank 0 writes the file)",
+    )
+    what.add_argument(
+        "--search",
+        action="store_true",
+        help="GEMM: try shapes near each device's sweet spot within --search-budget and record the maximum "
+        "achievable TFLOPS per implementation and dtype (the measured compute roof)",
+    )
+    what.add_argument(
+        "--search-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"seconds of --search per device, shared by its implementations and dtypes (default: "
+        f"{BUDGET_S['cpu']:g} on a CPU, {BUDGET_S['gpu']:g} on a GPU)",
     )
     how = parser.add_argument_group("how to measure")
     how.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
@@ -187,8 +203,26 @@ def _price(args: argparse.Namespace) -> dict[str, Any] | None:
     )
 
 
+def _search(args: argparse.Namespace, kernels: list[str]) -> SearchPlan | None:
+    """The search ``--search`` asks for (of GEMM alone, with shapes of its own), or None."""
+    if not args.search:
+        if args.search_budget is not None:
+            raise UserError("--search-budget applies to --search only")
+        return None
+    if kernels != ["gemm"]:
+        raise UserError(
+            f"--search finds the maximum achievable GEMM: use it with --kernel gemm alone, not {','.join(kernels)}"
+        )
+    if args.shape:
+        raise UserError("--search chooses the GEMM shapes itself: drop --shape")
+    budget = None if args.search_budget is None else positive_seconds(args.search_budget, "--search-budget")
+    return SearchPlan(budget_s=budget)
+
+
 def _timing(args: argparse.Namespace) -> TimingConfig:
     timing = TimingConfig.for_profile(args.profile, flush=not args.no_flush)
+    if args.search and args.budget is None:  # many short cases: each shape is timed briefly
+        return TimingConfig(warmup_s=SEARCH_TIMING[0], budget_s=SEARCH_TIMING[1], flush=timing.flush)
     if args.budget is None:
         return timing
     return TimingConfig(
@@ -221,7 +255,8 @@ def main(args: argparse.Namespace) -> int:
     dtypes = parse_names(args.dtype, list(DTYPE_BYTES), "dtype") if args.dtype else None
     if args.sizes is not None:
         shapes.setdefault("allreduce", []).extend(_sized(args.sizes, dtypes))
-    kernels = parse_names(args.kernel or ",".join(shapes) or None, list(kernel_targets()), "kernel")
+    default = "gemm" if args.search else None
+    kernels = parse_names(args.kernel or ",".join(shapes) or default, list(kernel_targets()), "kernel")
     stray = [k for k in shapes if k not in kernels]
     if stray:
         raise UserError(f"--shape names kernel '{stray[0]}', which --kernel does not select")
@@ -239,6 +274,7 @@ def main(args: argparse.Namespace) -> int:
         timing=_timing(args),
         price=_price(args),
         command=["hwbench", *sys.argv[1:]],
+        search=_search(args, kernels),
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     _check_memory({k: all_shapes[k] for k in shapes}, dtypes)  # the user's shapes, at their ranks
@@ -256,7 +292,7 @@ def main(args: argparse.Namespace) -> int:
             all_shapes,
             progress=None if args.quiet else ProgressLine(),
             collective=run_collective,
-            finish=lambda doc: add_metrics(doc, catalog),
+            finish=lambda doc: _derive(doc, catalog),
             stops=stops,
         )
         if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
@@ -265,6 +301,12 @@ def main(args: argparse.Namespace) -> int:
         if out is None or args.json:  # the document on stdout; the table and the rest on stderr
             print(results.dumps(doc), end="", flush=True)
         return _report(doc, out, saved, stops, sys.stderr if out is None or args.json else sys.stdout)
+
+
+def _derive(doc: dict[str, Any], catalog: Catalog) -> None:
+    """The derived metrics, then the roofs the run measured and each record's share of them."""
+    add_metrics(doc, catalog)
+    add_achievable(doc)
 
 
 def _save(doc: dict[str, Any], out: Path) -> Path:

@@ -20,13 +20,22 @@ def _series_colors(keys: list[str]) -> dict[str, str]:
 
 
 def roofline(
-    ident: str, title: str, points: list[dict[str, Any]], roofs: dict[str, float], bandwidth_gbps: float | None
+    ident: str,
+    title: str,
+    points: list[dict[str, Any]],
+    roofs: dict[str, float],
+    bandwidth_gbps: float | None,
+    measured: dict[str, float] | None = None,
+    measured_gbps: float | None = None,
 ) -> str:
-    """Achieved TFLOPS against arithmetic intensity under the compute roofs (and the memory roof)."""
+    """Achieved TFLOPS against arithmetic intensity under the datasheet's compute roofs (and memory
+    roof), with the roofs measured in the run (best GEMM per dtype, best stream) beside them."""
+    measured = measured or {}
     ais = [p["ai"] for p in points]
     ridges = [peak * 1000.0 / bandwidth_gbps for peak in roofs.values()] if bandwidth_gbps else []
+    ridges += [peak * 1000.0 / measured_gbps for peak in measured.values()] if measured_gbps else []
     x_lo, x_hi = data_range([min(ais + ridges) / 2, max(ais + ridges) * 2], log=True)
-    tops = [p["tflops"] for p in points] + list(roofs.values())
+    tops = [p["tflops"] for p in points] + list(roofs.values()) + list(measured.values())
     y_lo, y_hi = data_range([min(tops) / 2, max(tops) * 1.6], log=True)
     plot = Plot(
         ident,
@@ -47,6 +56,7 @@ def roofline(
         plot.line(xs, ys, "#444", tip=tip, dash=dash, width=1.6)
         plot.label(xs[-2] * 1.15, peak, f"{dtype} peak {peak:.3g} TFLOPS", anchor="start")
         plot.add_legend(f"{dtype} roof", "#444", dash=dash)
+    _measured_roofs(plot, measured, measured_gbps or bandwidth_gbps, bool(measured_gbps), x_lo, x_hi)
     colors = _series_colors([f"{p['kernel']} {p['impl']}" for p in points])
     for p in points:
         series = f"{p['kernel']} {p['impl']}"
@@ -58,6 +68,30 @@ def roofline(
         plot.point(p["ai"], p["tflops"], colors[series], tip, _marker(p["dtype"]))
         plot.add_legend(f"{series} {p['dtype']}", colors[series], marker=_marker(p["dtype"]))
     return plot.render()
+
+
+def _measured_roofs(
+    plot: Plot, measured: dict[str, float], gbps: float | None, gbps_measured: bool, x_lo: float, x_hi: float
+) -> None:
+    """The roofs the run reached, in orange: per dtype the best GEMM, sloped by the best stream result
+    (or by the datasheet's bandwidth where the run has no stream result)."""
+    hue = "#c60"
+    for i, (dtype, top) in enumerate(sorted(measured.items(), key=lambda kv: -kv[1])):
+        dash = ROOF_DASH[i % len(ROOF_DASH)] or None
+        if gbps:
+            ridge = top * 1000.0 / gbps
+            xs, ys = [x_lo, ridge, x_hi], [gbps * x_lo / 1000.0, top, top]
+            what = "measured" if gbps_measured else "datasheet"
+            tip = f"{dtype} measured roof: {top:.4g} TFLOPS (best GEMM), {gbps:.4g} GB/s ({what}), ridge {ridge:.3g}"
+        else:
+            xs, ys = [x_lo, x_hi], [top, top]
+            tip = f"{dtype} measured compute roof: {top:.4g} TFLOPS (best GEMM of the run)"
+        plot.line(xs, ys, hue, tip=tip, dash=dash, width=1.6)
+        plot.label(xs[-2] * 1.15, top, f"{dtype} measured {top:.3g} TFLOPS", anchor="start")
+        plot.add_legend(f"{dtype} measured roof", hue, dash=dash)
+    if gbps and gbps_measured and not measured:  # a bandwidth roof alone: its slope up to the plot's top
+        plot.line([x_lo, x_hi], [gbps * x_lo / 1000.0, gbps * x_hi / 1000.0], hue, tip=f"measured {gbps:.4g} GB/s")
+        plot.add_legend("measured bandwidth roof", hue)
 
 
 def fmt_ratio(value: float) -> str:

@@ -143,6 +143,7 @@ def roofline_points(device_rows: list[Row]) -> list[dict[str, Any]]:
                 "ai": tf * 1000.0 / gb,
                 "gbps": gb,
                 "pct_peak": num(m.get("pct_peak")),
+                "record": r,
             }
         )
     return out

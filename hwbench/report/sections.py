@@ -20,9 +20,11 @@ from hwbench.report.data import (
     parity_rows,
     peak_tflops,
     roofline_points,
+    shape_text,
 )
 from hwbench.report.html import Raw, fmt, no_data, note, pair, seconds, table
 from hwbench.report.svg import fmt_bytes
+from hwbench.results.roofs import achievable, device_roofs, missing_roof_hint
 from hwbench.results.tables import speed
 
 
@@ -48,9 +50,20 @@ def roofline(rows: list[Row], catalog: Catalog) -> str:
         dtypes = sorted({p["dtype"] for p in points})
         roofs = {d: v for d in dtypes if (v := peak_tflops(device, d, catalog, records))}
         bw, source = mem_gbps(device, catalog)
-        svg = charts.roofline(f"roofline-{_slug(device.label)}", f"Roofline: {device.label}", points, roofs, bw)
+        reached = device_roofs(records)
+        measured = {d: best["tflops"] for d, best in reached["compute"].items()}
+        measured_gbps = reached["bandwidth"]["gbps"] if reached["bandwidth"] else None
+        svg = charts.roofline(
+            f"roofline-{_slug(device.label)}",
+            f"Roofline: {device.label}",
+            points,
+            roofs,
+            bw,
+            measured,
+            measured_gbps,
+        )
         numbers = table(
-            ["kernel", "impl", "dtype", "TFLOPS", "% peak", "flop/B", "shape"],
+            ["kernel", "impl", "dtype", "TFLOPS", "% peak", "% achievable", "flop/B", "shape"],
             [
                 [
                     p["kernel"],
@@ -58,18 +71,15 @@ def roofline(rows: list[Row], catalog: Catalog) -> str:
                     p["dtype"],
                     fmt(p["tflops"], ".3g"),
                     fmt(p["pct_peak"], ".1f"),
+                    fmt(achievable(p["record"], reached), ".1f"),
                     fmt(p["ai"], ".3g"),
                     p["shape"],
                 ]
                 for p in points
             ],
-            numeric=(3, 4, 5),
+            numeric=(3, 4, 5, 6),
         )
-        roof_note = (
-            f"memory roof {bw:.4g} GB/s ({source})"
-            if bw
-            else "memory bandwidth unknown for this device: only the compute roof is drawn"
-        )
+        roof_note = _roof_note(bw, source, reached, dtypes)
         missing = [d for d in dtypes if d not in roofs]
         if missing:
             roof_note += f"; no peak known for {', '.join(missing)}"
@@ -80,6 +90,28 @@ def roofline(rows: list[Row], catalog: Catalog) -> str:
         "Arithmetic intensity = flops / bytes the kernel must move at least once (inputs and output). "
         "Hover a point for its case."
     ) + "\n".join(parts)
+
+
+def _roof_note(bw: float | None, source: str, reached: dict[str, Any], dtypes: list[str]) -> str:
+    """Which roofs are drawn, from where, and what would measure the missing ones."""
+    parts = [
+        f"datasheet memory roof {bw:.4g} GB/s ({source})"
+        if bw
+        else "datasheet memory bandwidth unknown for this device: its compute roofs are drawn flat"
+    ]
+    for dtype, best in sorted(reached["compute"].items()):
+        parts.append(
+            f"measured {dtype} roof {best['tflops']:.4g} TFLOPS ({best['kernel']} {best['impl']} "
+            f"{shape_text(best['shape'])})"
+        )
+    if reached["bandwidth"]:
+        best = reached["bandwidth"]
+        where = f"{best['kernel']} {best['impl']} {best['dtype']}"
+        parts.append(f"measured bandwidth roof {best['gbps']:.4g} GB/s ({where})")
+    hint = missing_roof_hint(reached, dtypes)
+    if hint:
+        parts.append(hint)
+    return "; ".join(parts)
 
 
 def overhead(rows: list[Row]) -> str:

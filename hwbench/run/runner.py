@@ -18,6 +18,7 @@ from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
 from hwbench.core.records import new_document, now
 from hwbench.run.case import CaseRequest, base_record, failed
+from hwbench.run.search import SearchPlan, run_search
 from hwbench.run.signals import StopSignals
 from hwbench.run.timing import TimingConfig
 from hwbench.run.worker import Worker, WorkerDied
@@ -43,6 +44,7 @@ class Plan:
     timing: TimingConfig = field(default_factory=TimingConfig)
     price: dict[str, Any] | None = None
     command: list[str] = field(default_factory=list)
+    search: SearchPlan | None = None  # GEMM shapes searched per device, not the planned ones
 
 
 #: Runs the cases of kernels that span ranks: records, whether interrupted, run-level facts.
@@ -207,6 +209,25 @@ def run_cases(
     return records, False
 
 
+def _numbered(
+    worker: Worker, timeout: float, progress: Progress | None, backends: list[dict[str, Any]]
+) -> Callable[[list[CaseRequest]], tuple[list[dict[str, Any]], bool]]:
+    """:func:`run_cases` for the search, which runs its cases a few at a time: the progress line
+    numbers them all through (total 0: the budget, not a count, ends the search)."""
+    done = [0]
+
+    def counted(number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+        if progress is not None:
+            progress(done[0] + number, 0, record, case)
+
+    def run(cases: list[CaseRequest]) -> tuple[list[dict[str, Any]], bool]:
+        records, interrupted = run_cases(cases, worker, timeout, counted, backends)
+        done[0] += len(records)
+        return records, interrupted
+
+    return run
+
+
 def execute(
     plan: Plan,
     kernel_dtypes: Mapping[str, tuple[str, ...]],
@@ -256,7 +277,12 @@ def execute(
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
         spanning = [c for c in cases if get_kernel(c.kernel).spans_ranks]  # several processes: their own path
         cases = [c for c in cases if not get_kernel(c.kernel).spans_ranks]
-        records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
+        if plan.search is not None:
+            records, interrupted, doc["search"] = run_search(
+                cases, backends, plan.search, _numbered(worker, plan.timeout_s, progress, backends)
+            )
+        else:
+            records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
         if spanning and not interrupted:
             if collective is None:
                 records += [
