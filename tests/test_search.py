@@ -79,14 +79,16 @@ def test_the_best_shape_is_refined_once_the_planned_ones_are_done() -> None:
     _records, _, summary = search.search_device(_templates("numpy"), "cpu", 100.0, run, clock)
     planned = len(search.CANDIDATES["cpu"])
     assert summary["shapes_tried"] == planned + 6  # every neighbour of the best, once
-    assert summary["best_shape"] == {"M": best[0], "N": best[1] + search.STEP["cpu"], "K": best[2]}
+    assert summary["refined_around"] == {"M": best[0], "N": best[1], "K": best[2]}
+    fastest = max(run.ran, key=speed)
+    assert (fastest.shape["M"], fastest.shape["N"]) == (best[0], best[1] + search.STEP["cpu"])  # a neighbour ran
 
 
 def test_failed_cases_do_not_count_as_the_best_and_interruption_stops_the_search() -> None:
     clock = Clock()
     run = _runner(clock, lambda case: None, cost=0.1, stop_after=3)
     records, interrupted, summary = search.search_device(_templates("numpy"), "cpu", 100.0, run, clock)
-    assert interrupted and len(records) == 3 and summary["best_shape"] is None
+    assert interrupted and len(records) == 3 and summary["refined_around"] is None
     assert search.tflops_of({"status": "ok", "timing": {"median_s": 0}, "kernel": "gemm"}) is None
 
 
@@ -122,3 +124,46 @@ def test_candidate_shapes_are_complete_gemm_shapes(kind: str) -> None:
     for shape in shapes:
         for near in search.neighbours(shape, search.STEP[kind]):
             assert min(near.values()) >= search.STEP[kind]
+
+
+def test_hwbench_run_search_records_the_shapes_tried_and_the_measured_roof(tmp_path: Any) -> None:
+    import json
+    import subprocess
+
+    from conftest import hwbench_cmd
+
+    out = tmp_path / "search.json"
+    args = ["run", "--search", "--search-budget", "2", "--backend", "cpu", "--impl", "numpy", "--dtype", "fp32"]
+    proc = subprocess.run(hwbench_cmd(*args, "-o", str(out), "-q"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr  # 1 only where a figure was refused (a busy machine's peak)
+    doc = json.loads(out.read_text())
+    (summary,) = doc["search"]
+    assert summary["backend"] == "cpu" and summary["budget_s"] == 2.0 and summary["shapes_tried"] >= 1
+    first = search.CANDIDATES["cpu"][0]
+    assert (doc["records"][0]["shape"]["M"], doc["records"][0]["shape"]["N"]) == first[:2]
+    ok = [r for r in doc["records"] if r["status"] == "ok"]
+    if ok:  # the roof is the best checked record
+        roof = doc["roofs"][0]["compute"]["fp32"]
+        assert roof["tflops"] == max(r["metrics"]["tflops"] for r in ok)
+        assert max(r["metrics"]["pct_achievable"] for r in ok) == 100.0
+    valid = subprocess.run(hwbench_cmd("validate", str(out)), capture_output=True, text=True, timeout=120)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--search", "--kernel", "attention"], "use it with --kernel gemm alone"),
+        (["--search", "--shape", "gemm:M=8,N=8,K=8"], "drop --shape"),
+        (["--search-budget", "5"], "--search-budget applies to --search only"),
+        (["--search", "--search-budget", "-1"], "--search-budget"),
+    ],
+)
+def test_search_options_are_checked_before_anything_runs(args: list[str], message: str, tmp_path: Any) -> None:
+    import subprocess
+
+    from conftest import hwbench_cmd
+
+    proc = subprocess.run(hwbench_cmd("run", *args), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -5,8 +5,10 @@ on an H100, about half on an MI300X), so ``hwbench run --kernel gemm --search`` 
 is. Each device gets a budget (:data:`BUDGET_S` by device kind unless given), shared by every
 selected implementation and dtype: candidate shapes are tried in order, each for every
 implementation and dtype, until the budget is spent; then the neighbours of the best shape so
-far (one step up or down in each dimension) while it lasts. A case is never cut short: the
-budget is checked before each case, so a device may overrun it by one case. Every candidate
+far (one step up or down in each dimension) while it lasts; that shape is the summary's
+``refined_around`` (the best figures themselves are the records', once checked: ``roofs``).
+A case is never cut short: the budget is checked before each case, so a device may overrun
+it by one case. Every candidate
 is an ordinary record (checked against float64, re-checked after timing); the best of each
 device, implementation and dtype is what the results' measured roofs take
 (``hwbench.results.roofs``).
@@ -113,7 +115,7 @@ def search_device(
     tried: list[tuple[int, ...]] = []
     records: list[dict[str, Any]] = []
     best: tuple[float, tuple[int, ...]] | None = None
-    refined = False
+    refined: tuple[int, ...] | None = None
     while queue and clock() - start < budget_s:
         key = queue.pop(0)
         tried.append(key)
@@ -127,15 +129,15 @@ def search_device(
                 if figure is not None and (best is None or figure > best[0]):
                     best = (figure, key)
             if interrupted:
-                return records, True, _summary(kind, budget_s, clock() - start, tried, by_shape, best)
-        if not queue and best is not None and not refined:  # the planned shapes are done: refine the best
-            refined = True
+                return records, True, _summary(kind, budget_s, clock() - start, tried, by_shape, refined)
+        if not queue and best is not None and refined is None:  # the planned shapes are done: refine the best
+            refined = best[1]
             template = by_shape[best[1]]
             for shape in neighbours(dict(template[0].shape), STEP[kind_of(kind)]):
                 if _key(shape) not in by_shape:
                     by_shape[_key(shape)] = [replace(c, shape=dict(shape)) for c in template]
                     queue.append(_key(shape))
-    return records, False, _summary(kind, budget_s, clock() - start, tried, by_shape, best)
+    return records, False, _summary(kind, budget_s, clock() - start, tried, by_shape, refined)
 
 
 def _key(shape: dict[str, int]) -> tuple[int, ...]:
@@ -148,16 +150,16 @@ def _summary(
     spent_s: float,
     tried: list[tuple[int, ...]],
     planned: dict[tuple[int, ...], list[CaseRequest]],
-    best: tuple[float, tuple[int, ...]] | None,
+    refined: tuple[int, ...] | None,
 ) -> dict[str, Any]:
-    shape_of = {key: dict(cases[0].shape) for key, cases in planned.items()}
+    """What the search did; the best figures are the records' (after their checks: ``roofs``)."""
     return {
         "kind": kind,
         "budget_s": budget_s,
         "spent_s": round(spent_s, 3),
         "shapes_tried": len(tried),
         "shapes_planned": len(planned),
-        "best_shape": shape_of[best[1]] if best else None,
+        "refined_around": dict(planned[refined][0].shape) if refined else None,
     }
 
 
