@@ -99,6 +99,10 @@ def _build(lanes: int, asm: str):  # -> llvmlite.ir.Module
     return module
 
 
+#: Timed calls of each measurement (a few milliseconds each); the best counts.
+REPEATS = 15
+
+
 def _best_rate(fn, n: int, repeats: int = 5) -> float:
     """Best (highest) iterations per second over a few timed calls of ``fn(n)``."""
     best = 0.0
@@ -128,8 +132,10 @@ def measure_peak(cores: int, lanes_fp32: int, vector_isa: str) -> CPUPeak:
     io = np.full(2 * lanes_fp32, 0.5, dtype=np.float32)
     io[lanes_fp32:] = 1e-3
     spin(100_000)  # wake the core up to its boost clock
-    clock_hz = _best_rate(spin, 200_000) * ADDS_PER_ITERATION
-    fma_rate = _best_rate(lambda n: fmas_fn(n, io.ctypes.data), 2_000_000) * FMA_CHAINS
+    # Best of many short calls: another process sharing the core (or an SMT sibling) slows some of
+    # them, and a peak measured low would refuse honest figures as above it.
+    clock_hz = _best_rate(spin, 200_000, REPEATS) * ADDS_PER_ITERATION
+    fma_rate = _best_rate(lambda n: fmas_fn(n, io.ctypes.data), 2_000_000, REPEATS) * FMA_CHAINS
     per_cycle = fma_rate / clock_hz
     units = max(1, round(per_cycle))
     fp32 = cores * lanes_fp32 * 2 * units * clock_hz / 1e12
