@@ -66,4 +66,6 @@ def test_the_progress_line_shows_the_elapsed_time() -> None:
     now[0] = 107.4
     progress(1, 3, record("gemm", "numpy", "fp32", SHAPE, median=2e-3), case)
     assert stream.getvalue() == "[1/3 0:07] cpu gemm numpy fp32 M=8,N=8,K=8 ok 2 ms\n"
+    progress(4, 0, record("gemm", "numpy", "fp32", SHAPE, median=2e-3), case)  # a search: no total
+    assert stream.getvalue().splitlines()[-1] == "[4 0:07] cpu gemm numpy fp32 M=8,N=8,K=8 ok 2 ms"
     assert (elapsed(59.9), elapsed(754), elapsed(3723)) == ("0:59", "12:34", "1:02:03")

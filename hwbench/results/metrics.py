@@ -35,6 +35,13 @@ def pct_of_peak(achieved_tflops: float, peak_tflops: float | None) -> float | No
     return 100.0 * achieved_tflops / peak_tflops
 
 
+def pct_of_bandwidth(achieved_gbps: float, peak_gbps: float | None) -> float | None:
+    """Achieved GB/s as a percentage of the memory bandwidth peak, or None without one."""
+    if not peak_gbps or peak_gbps <= 0:
+        return None
+    return 100.0 * achieved_gbps / peak_gbps
+
+
 #: A figure above this multiple of the device's peak (for its dtype) is refused as implausible:
 #: the margin covers a datasheet's rounding and a boost clock above the rated one.
 PLAUSIBLE_PEAK_FRACTION = 1.05
@@ -50,6 +57,18 @@ def implausible(achieved_tflops: float, peak_tflops: float, dtype: str, peak_sou
         f"{achieved_tflops:.4g} TFLOPS is {achieved_tflops / peak_tflops:.3g}x the device's {dtype} peak of "
         f"{peak_tflops:.4g} TFLOPS{source}: a kernel cannot beat its device's peak, so the timed calls "
         "did not do the work counted"
+    )
+
+
+def implausible_bandwidth(achieved_gbps: float, peak_gbps: float, peak_source: str | None) -> str | None:
+    """Why ``achieved_gbps`` from memory cannot be true on a device of ``peak_gbps`` (None when it can)."""
+    if achieved_gbps <= PLAUSIBLE_PEAK_FRACTION * peak_gbps:
+        return None
+    source = f" ({peak_source})" if peak_source else ""
+    return (
+        f"{achieved_gbps:.4g} GB/s is {achieved_gbps / peak_gbps:.3g}x the device's memory bandwidth of "
+        f"{peak_gbps:.4g} GB/s{source} on arrays past its last-level cache: the timed calls did not move "
+        "the bytes counted"
     )
 
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
+from hwbench.core.errors import UserError
+from hwbench.core.kernel import Kernel, get_kernel
 from hwbench.core.text import printable
 from hwbench.results.nccl import BUSBW_NOTE, is_collective, nccl_tables
 from hwbench.run.case import CaseRequest
@@ -35,7 +37,18 @@ HEADERS = (
 SHORT = {"batch": "B", "heads": "H", "seq_q": "Sq", "seq_k": "Sk", "head_dim": "D"}
 
 
-def _shape(shape: dict[str, int]) -> str:
+def _shape(shape: dict[str, int], kernel: str = "") -> str:
+    """The shape as the kernel describes it where it has its own form (stream: ``triad,n=...``),
+    else ``NAME=VALUE`` pairs with short names."""
+    try:
+        spec = get_kernel(kernel) if kernel else None
+    except UserError:  # a kernel this hwbench does not know (a file from elsewhere)
+        spec = None
+    if spec is not None and type(spec).describe_shape is not Kernel.describe_shape and shape:
+        try:
+            return spec.describe_shape(shape)
+        except (KeyError, IndexError, TypeError):  # a shape its kernel would not take
+            pass
     return ",".join(f"{SHORT.get(k, k)}={v}" for k, v in shape.items()) or "-"
 
 
@@ -99,12 +112,12 @@ def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
         record["kernel"],
         record["impl"],
         record.get("dtype") or "-",
-        _shape(record["shape"]),
+        _shape(record["shape"], record["kernel"]),
         record["status"],
         seconds(t.get("median_s")) + ("~" if _noisy(record) else ""),
         _num(m.get("tflops"), ".4g"),
         _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
-        _num(m.get("pct_peak"), ".1f"),
+        _num(m["pct_bw_peak"] if "pct_bw_peak" in m else m.get("pct_peak"), ".1f"),
         speed(ratio),
         _parity(record["parity"]),
     )
@@ -184,7 +197,9 @@ def _notes(records: list[dict[str, Any]], device: bool = False) -> list[str]:
     lines = []
     for r in records:
         who = device_id(r) if device and device_id(r) != "-" else r["backend"]
-        what = f"{who} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'])}".replace("  ", " ")
+        what = f"{who} {r['kernel']} {r['impl']} {r.get('dtype') or ''} {_shape(r['shape'], r['kernel'])}".replace(
+            "  ", " "
+        )
         if r["impl"] == "*":
             grouped.setdefault((r["status"], r["backend"], r["reason"]), []).append(r["kernel"])
         elif r["status"] != "ok":
@@ -218,9 +233,10 @@ class ProgressLine:
 
     def __call__(self, number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
         assert case is not None
+        count = f"{number}/{total}" if total else str(number)  # no total: a search's budget ends it
         what = printable(
-            f"[{number}/{total} {elapsed(self.clock() - self.started)}] {case.backend} {case.kernel} {case.impl} "
-            f"{case.dtype} {_shape(case.shape)}"
+            f"[{count} {elapsed(self.clock() - self.started)}] {case.backend} {case.kernel} {case.impl} "
+            f"{case.dtype} {_shape(case.shape, case.kernel)}"
         )
         if record is None:
             if self.live:

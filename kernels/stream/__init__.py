@@ -1,0 +1,1 @@
+"""BabelStream's memory-bandwidth operations: copy, mul, add, triad, dot."""
