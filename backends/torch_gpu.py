@@ -12,7 +12,8 @@ Vendor specifics (library versions, loading a code object) live in ``cuda.py`` a
 
 Natives on ``cuda`` and ``rocm`` are called as ``fn(tensors, out, shape, dtype)`` with the
 inputs as device tensors and an output tensor of the case's shape and dtype, and return
-``(call, config)``: ``call()`` computes and returns the output tensor (``out`` or a new one).
+``(call, config)``: ``call()`` computes and returns the output tensor (``out`` or a new one;
+where ``call.out`` names it, e.g. a host tensor, that is the one cleared before the timed calls).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.core.loading import load_callable
 from hwbench.decide.catalog import Catalog
+from hwbench.kernels.transfer.link import link_facts, read_link
 
 #: Seconds of timed calls per configuration when tuning a Triton kernel.
 TUNE_BUDGET_S = 0.05
@@ -220,15 +222,17 @@ class TorchGPUBackend(Backend):
         return arch_of(torch.cuda.get_device_properties(index), hip=bool(torch.version.hip))
 
     def device_extra(self, index: int, props: Any) -> dict[str, Any]:
-        """Facts beyond DeviceInfo's fields (vendors add clocks and more), with the catalog's
-        last-level cache where it knows the device (``llc_bytes``, ``llc_source``)."""
+        """Facts beyond DeviceInfo's fields (vendors add clocks and more): the host link (``host_link*``,
+        NVML/amdsmi else the catalog) and the catalog's last-level cache (``llc_bytes``, ``llc_source``)."""
         extra = {
             "l2_bytes": getattr(props, "L2_cache_size", None),
             "warp_size": getattr(props, "warp_size", None),
             "shared_memory_per_block": getattr(props, "shared_memory_per_block", None),
             "multi_processor_count": props.multi_processor_count,
         }
-        llc = Catalog.load().last_level_cache(str(props.name))
+        catalog = Catalog.load()
+        extra.update(link_facts(read_link(self.name, props), catalog.host_link(str(props.name))))
+        llc = catalog.last_level_cache(str(props.name))
         if llc is not None:
             extra["llc_bytes"] = llc.bytes
             extra["llc_source"] = f"catalog {llc.key}: {llc.level} ({llc.source}, {llc.as_of})"
@@ -323,7 +327,7 @@ class TorchGPUBackend(Backend):
         if impl.kind == "native":
             _set_fp32_precision(dtype)
             call, config = load_callable(impl.entry)(tensors, out, shape, dtype)
-            return TorchPrepared(call, config, out=out)
+            return TorchPrepared(call, config, out=getattr(call, "out", out))
         source = importlib.import_module(impl.entry)
         if impl.language == "triton":
             return self._triton(source, tensors, out, shape, dtype, device)

@@ -38,7 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-declare -A BUDGET=([install]=20 [compile]=45 [figures]=110 [simt]=55 [bandwidth]=20 [lowprec]=40 [report]=10)
+declare -A BUDGET=([install]=20 [compile]=45 [figures]=103 [simt]=50 [bandwidth]=62 [lowprec]=10 [report]=10)
 SECTIONS=(install compile figures simt bandwidth lowprec report)
 PER_DEVICE=" figures simt bandwidth lowprec "  # sections whose budget counts once per GPU
 GRACE=5
@@ -250,12 +250,14 @@ step "${RUN[@]}" --kernel gemm,attention --dtype fp32 --impl torch_matmul,torch_
 # --- bandwidth and transfers ---------------------------------------------------------------------
 begin bandwidth
 if has_kernel stream; then
-  step "${RUN[@]}" --kernel stream --profile standard --budget 0.2 --timeout 30 --out "$PREFIX-stream.json"
+  step "${RUN[@]}" --kernel stream --dtype fp32 --shape stream:op=3,n=33554432 --budget 0.2 --timeout 30 \
+    --out "$PREFIX-stream.json"
 else
   skip "no stream kernel in this hwbench yet (hwbench list)"
 fi
 if has_kernel transfer; then
-  step "${RUN[@]}" --kernel transfer --profile quick --budget 0.2 --timeout 30 --out "$PREFIX-transfer.json"
+  step "${RUN[@]}" --kernel transfer --shape transfer:dir=0,bytes=33554432 --shape transfer:dir=1,bytes=33554432 \
+    --shape transfer:dir=0,bytes=4 --budget 0.2 --timeout 30 --out "$PREFIX-transfer.json"
 else
   skip "no transfer kernel in this hwbench yet (hwbench list)"
 fi

@@ -96,7 +96,7 @@ def test_list_json_names_every_backend_with_a_reason() -> None:
         assert backend["available"] or backend["reason"]
     cpu = data["backends"][0]
     assert cpu["available"] and cpu["devices"][0]["peak"]["tflops"]["fp32"] > 0
-    assert {k["name"] for k in data["kernels"]} == {"gemm", "attention", "allreduce"}
+    assert {k["name"] for k in data["kernels"]} == {"gemm", "attention", "allreduce", "stream", "transfer"}
 
 
 @pytest.mark.parametrize(

@@ -252,3 +252,36 @@ def test_add_metrics_is_idempotent(catalog: Catalog, derived) -> None:
     again = copy.deepcopy(derived)
     add_metrics(again, catalog)
     assert again == derived
+
+
+@pytest.mark.parametrize(("median", "share"), [(0.016, 100 * (67108864 / 0.016 / 1e9) / 63.0), (0.0001, None)])
+def test_a_host_copy_is_a_share_of_the_host_link_and_never_above_it(
+    catalog: Catalog, median: float, share: float | None
+) -> None:
+    record = _record(
+        "torch_copy",
+        "native",
+        median,
+        kernel="transfer",
+        backend="cuda",
+        shape={"dir": 0, "bytes": 67108864, "pinned": 1, "peer": 0},
+    )
+    record["config"] = {"link": "host", "measures": "bandwidth"}
+    gpu = {
+        "backend": "cuda",
+        "index": 0,
+        "name": "NVIDIA H200",
+        "vendor": "nvidia",
+        "kind": "gpu",
+        "extra": {"host_link_gbps": 63.0, "host_link": "PCIe 5.0 x16", "host_link_source": "nvml"},
+    }
+    doc = _doc([record], None, [])
+    doc["backends"][1].update(available=True, reason="", devices=[gpu])
+    add_metrics(doc, catalog)
+    (out,) = doc["records"]
+    if share is None:  # 671 GB/s over a 63 GB/s link: refused
+        assert out["status"] == "implausible" and "PCIe 5.0 x16" in out["reason"], out
+    else:
+        assert out["status"] == "ok" and out["metrics"]["pct_host_link"] == pytest.approx(share)
+        assert out["metrics"]["host_link_gbps"] == 63.0 and "nvml" in out["metrics"]["host_link_source"]
+        validate(doc)

@@ -42,6 +42,8 @@ SHAPE_HELP = """\
   attention:B=1,H=8,S=1024,D=64,causal=1        batch, heads, seq_q (S sets seq_q; seq_k
                                                 defaults to it), seq_k, head_dim, causal 0|1
   allreduce:count=1048576,ranks=2               elements per rank, ranks
+  transfer:dir=0,bytes=67108864,pinned=1        GPUs: host->device (dir 1 device->host, 2 within a
+                                                device, 3 to a peer, 4 both ways with a peer)
 Long names work too (batch=, heads=, seq_q=, seq_k=, head_dim=). Sizes need not be
 multiples of any tile size."""
 
@@ -275,6 +277,7 @@ def main(args: argparse.Namespace) -> int:
         price=_price(args),
         command=["hwbench", *sys.argv[1:]],
         search=_search(args, kernels),
+        kernels_by_default=not (args.kernel or shapes or args.search),
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     _check_memory({k: all_shapes[k] for k in shapes}, dtypes)  # the user's shapes, at their ranks

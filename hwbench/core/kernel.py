@@ -35,6 +35,8 @@ BUILTIN_KERNELS: dict[str, str] = {
     "gemm": "hwbench.kernels.gemm.spec:KERNEL",
     "attention": "hwbench.kernels.attention.spec:KERNEL",
     "allreduce": "hwbench.kernels.allreduce.spec:KERNEL",
+    "stream": "hwbench.kernels.stream.spec:KERNEL",
+    "transfer": "hwbench.kernels.transfer.spec:KERNEL",
 }
 KERNEL_GROUP = "hwbench.kernels"
 
@@ -120,6 +122,9 @@ class Kernel(ABC):
     #: Version of the values :meth:`make_inputs` draws, written into every record: raised when they
     #: change, so that results made from other inputs are told apart (``hwbench compare`` warns).
     inputs_version: int = 1
+    #: Bound by memory, not compute (STREAM): records get their GB/s as a share of the device's
+    #: memory bandwidth (``pct_bw_peak``), which tables show in place of the TFLOPS share.
+    bandwidth_bound: bool = False
 
     @property
     def package(self) -> str:
@@ -207,6 +212,11 @@ class Kernel(ABC):
     def derive(self, shape: dict[str, int]) -> dict[str, int]:
         """Hook for dimensions that default to others (attention's seq_k to seq_q)."""
         return shape
+
+    def device_shapes(self, shape: Shape, index: int, count: int) -> tuple[list[dict[str, int]], str]:
+        """The shapes ``shape`` runs as on device ``index`` of a backend's ``count``, and why none
+        where it runs on none (a transfer's peer copies: one shape per other device)."""
+        return [dict(shape)], ""
 
     def describe_shape(self, shape: Shape) -> str:
         """Compact human form of a shape, e.g. ``M=1024,N=1024,K=1024``."""

@@ -103,11 +103,70 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
         if reason:
             raise Unusable("implausible", reason)
         check = f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the {record['dtype']} peak"
-    return median, achieved, peak, peak_source, check
+    bandwidth = _bandwidth_gate(record, kernel, median, device, reference) if kernel.bandwidth_bound else None
+    link = _host_link_gate(record, kernel, median, device)
+    return median, achieved, peak, peak_source, check, bandwidth, link
+
+
+def _host_link_gate(
+    record: dict[str, Any], kernel: Any, median: float, device: dict[str, Any] | None
+) -> tuple[float, str] | None:
+    """A host copy's link rate (GB/s per direction) and its source, from the device's description
+    (None without one); Unusable when the copy moved more than the link carries."""
+    extra = (device or {}).get("extra") or {}
+    rate = extra.get("host_link_gbps")
+    if (record.get("config") or {}).get("link") != "host" or not isinstance(rate, (int, float)) or not rate > 0:
+        return None
+    source = f"{extra.get('host_link') or 'host link'} ({extra.get('host_link_source') or 'the device description'})"
+    moved = metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median)
+    if moved > metrics.PLAUSIBLE_PEAK_FRACTION * rate:
+        raise Unusable(
+            "implausible",
+            f"{moved:.4g} GB/s is {moved / rate:.3g}x the {rate:.4g} GB/s of the device's {source}: "
+            "the timed copies did not move the bytes counted",
+        )
+    return float(rate), source
+
+
+#: A bandwidth kernel's arrays this many times the device's last-level cache come from memory.
+CACHE_MARGIN = 4
+
+
+def _cache_bytes(device: dict[str, Any], reference: Reference) -> int | None:
+    """The device's last-level cache: what its backend reports, else the catalog's."""
+    extra = device.get("extra") or {}
+    own = extra.get("cache_bytes") or extra.get("global_mem_cache_bytes")
+    if isinstance(own, int) and own > 0:
+        return own
+    lookup = getattr(reference, "last_level_cache", None)
+    found = lookup(device["name"]) if lookup is not None else None
+    return int(found.bytes) if found is not None else None
+
+
+def _bandwidth_gate(
+    record: dict[str, Any], kernel: Any, median: float, device: dict[str, Any] | None, reference: Reference
+) -> tuple[float, str, str] | None:
+    """A bandwidth kernel's memory bandwidth peak, its source and the check made against it (None
+    without one); Unusable when the GB/s is above the peak on arrays past the last-level cache."""
+    lookup = getattr(reference, "memory_bandwidth", None)
+    found = lookup(device["name"]) if lookup is not None and device is not None else None
+    if found is None or device is None:
+        return None
+    source = f"datasheet {found.key} ({found.source}, {found.as_of})"
+    moved = kernel.bytes_moved(record["shape"], record["dtype"])
+    cache = _cache_bytes(device, reference)
+    if cache is None or moved < CACHE_MARGIN * cache:
+        held = "no last-level cache size known" if cache is None else f"{moved / 2**20:.0f} MiB may sit in cache"
+        return found.gbps, source, f"not checked: {held}"
+    reason = metrics.implausible_bandwidth(metrics.gbps(moved, median), found.gbps, source)
+    if reason:
+        raise Unusable("implausible", reason)
+    return found.gbps, source, f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the memory bandwidth"
 
 
 def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
-    """Compute tflops, gbps, % of peak, porting overhead and TFLOPS per USD/hour in place,
+    """Compute tflops, gbps, % of peak (and of the memory bandwidth for bandwidth kernels), porting
+    overhead and TFLOPS per USD/hour in place,
     with peaks and prices from ``catalog`` (where a device has no peak of its own).
 
     A record whose figures cannot be derived (a median that is not a positive time, a peak
@@ -173,7 +232,7 @@ def _fill(
     catalog: Reference,
 ) -> None:
     """The metrics of one gated record."""
-    median, achieved, peak, peak_source, check = figures
+    median, achieved, peak, peak_source, check, bandwidth, link = figures
     kernel = get_kernel(record["kernel"])
     device = devices.get((record["backend"], record.get("device_index")))
     quote = _price(doc, device, catalog)
@@ -194,6 +253,17 @@ def _fill(
             "speed_vs_native": None,
         }
     )
+    if kernel.bandwidth_bound:
+        peak_gbps, bw_source, bw_check = bandwidth if bandwidth else (None, None, None)
+        out.update(
+            pct_bw_peak=metrics.pct_of_bandwidth(out["gbps"], peak_gbps),
+            bw_peak_gbps=peak_gbps,
+            bw_peak_source=bw_source,
+            bw_peak_check=bw_check or "not checked: no memory bandwidth known for this device",
+        )
+    if link is not None:
+        share = metrics.pct_of_bandwidth(out["gbps"], link[0])
+        out.update(pct_host_link=share, host_link_gbps=link[0], host_link_source=link[1])
     native = natives.get(metrics.case_key(record))
     if record.get("impl_kind") == "portable" and native is not None:
         out["native_impl"] = native["impl"]

@@ -81,9 +81,9 @@ def achievable(record: dict[str, Any], roofs: dict[str, Any]) -> float | None:
         return None
     if record.get("kernel") in BANDWIDTH_ROOF_KERNELS:
         gbps, roof = _figure(record, "gbps"), roofs.get("bandwidth")
-        return 100.0 * gbps / roof["gbps"] if gbps and roof else None
+        return 100.0 * (gbps / roof["gbps"]) if gbps and roof else None
     tflops, roof = _figure(record, "tflops"), roofs.get("compute", {}).get(record.get("dtype"))
-    return 100.0 * tflops / roof["tflops"] if tflops and roof else None
+    return 100.0 * (tflops / roof["tflops"]) if tflops and roof else None
 
 
 def add_achievable(doc: dict[str, Any]) -> None:

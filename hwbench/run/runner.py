@@ -45,6 +45,9 @@ class Plan:
     price: dict[str, Any] | None = None
     command: list[str] = field(default_factory=list)
     search: SearchPlan | None = None  # GEMM shapes searched per device, not the planned ones
+    #: The kernels are hwbench's default selection, not the user's: one that only some backends
+    #: implement is left out where none of them is available (:func:`runnable_kernels`).
+    kernels_by_default: bool = False
 
 
 #: Runs the cases of kernels that span ranks: records, whether interrupted, run-level facts.
@@ -88,19 +91,71 @@ def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wante
     return [d for d in kernel_dtypes if d in offered]
 
 
+def only_on(kernel: str) -> list[str]:
+    """The backends a kernel without portable sources declares natives for (empty: it has portable
+    sources, or is not a built-in or registered kernel, and may run anywhere)."""
+    try:
+        spec = get_kernel(kernel)
+    except UserError:
+        return []
+    return [] if spec.sources else list(spec.natives)
+
+
+def runnable_kernels(kernels: list[str], backends: list[dict[str, Any]]) -> list[str]:
+    """Of a default selection, the kernels that can run here: a kernel without portable sources
+    (natives on some backends only, e.g. GPU transfers) is left out where no available backend
+    offers an implementation of it; asked for by name, it is kept and skipped with the reason."""
+    offered = {k for b in backends if b["available"] for k, impls in b["implementations"].items() if impls}
+    return [k for k in kernels if not only_on(k) or k in offered]
+
+
+def _none_here(name: str, kernel: str, offered: list[dict[str, Any]], impls: list[str] | None) -> str:
+    """Why backend ``name`` runs no implementation of ``kernel``."""
+    has = ", ".join(i["name"] for i in offered) or "none"
+    if impls:
+        return f"{name} has none of the selected implementations ({', '.join(impls)}) of {kernel}; it has: {has}"
+    where = only_on(kernel)
+    if where and not offered:
+        return f"{name} has no implementation of {kernel}: it runs only on {', '.join(where)}"
+    return f"{name} has no implementation of {kernel}"
+
+
+def _on_devices(
+    plan: Plan, backend: dict[str, Any], kernel: str, indices: list[int], shapes: list[dict[str, int]]
+) -> tuple[list[tuple[int, dict[str, int]]], list[dict[str, Any]]]:
+    """(device, shape) pairs of ``kernel`` on ``backend``, as its spec expands each shape per device
+    (``Kernel.device_shapes``), and a skipped record where a shape runs on no device."""
+    try:
+        spec = get_kernel(kernel)
+    except UserError:
+        return [(i, s) for i in indices for s in shapes], []
+    pairs: list[tuple[int, dict[str, int]]] = []
+    skipped: list[dict[str, Any]] = []
+    for index in indices:
+        for shape in shapes:
+            expanded, why = spec.device_shapes(shape, index, len(backend["devices"]))
+            pairs += [(index, s) for s in expanded]
+            if not expanded:
+                stub = CaseRequest(kernel, "*", backend["name"], index, "", dict(shape), plan.seed)
+                skipped.append(failed(base_record(stub, None, None), "skipped", why))
+    return pairs, skipped
+
+
 def plan_cases(
     plan: Plan,
     backends: list[dict[str, Any]],
     kernel_dtypes: Mapping[str, tuple[str, ...]],
     shapes: Mapping[str, list[dict[str, int]]],
 ) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
-    """Cases to run, and records for what cannot run at all (with the reason)."""
+    """Cases to run, and records for what cannot run at all (with the reason). A default selection
+    (``plan.kernels_by_default``) leaves out kernels nothing here implements (:func:`runnable_kernels`)."""
     cases: list[CaseRequest] = []
     skipped: list[dict[str, Any]] = []
     timing = asdict(plan.timing)
+    kernels = runnable_kernels(plan.kernels, backends) if plan.kernels_by_default else plan.kernels
     for backend in backends:
         name = backend["name"]
-        for kernel in plan.kernels:
+        for kernel in kernels:
             if not backend["available"]:
                 stub = CaseRequest(kernel, "*", name, -1, "", {})
                 skipped.append(
@@ -111,14 +166,9 @@ def plan_cases(
             impls = [i for i in offered if plan.impls is None or i["name"] in plan.impls]
             if not impls:
                 stub = CaseRequest(kernel, "*", name, -1, "", {})
-                has = ", ".join(i["name"] for i in offered) or "none"
-                selected = ", ".join(plan.impls or [])
-                why = (
-                    f"{name} has none of the selected implementations ({selected}) of {kernel}; it has: {has}"
-                    if plan.impls
-                    else f"{name} has no implementation of {kernel}"
+                skipped.append(
+                    failed(base_record(stub, None, None), "skipped", _none_here(name, kernel, offered, plan.impls))
                 )
-                skipped.append(failed(base_record(stub, None, None), "skipped", why))
                 continue
             indices = [d["index"] for d in backend["devices"]]
             if plan.devices and name in plan.devices:
@@ -132,13 +182,14 @@ def plan_cases(
                         )
                     )
                 indices = [i for i in indices if i in plan.devices[name]]
-            for index in indices:
-                for shape in shapes[kernel]:
-                    for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
-                        for impl in impls:
-                            cases.append(
-                                CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
-                            )
+            pairs, unplaced = _on_devices(plan, backend, kernel, indices, shapes[kernel])
+            skipped += unplaced
+            for index, shape in pairs:
+                for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
+                    for impl in impls:
+                        cases.append(
+                            CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
+                        )
     return cases, skipped
 
 
