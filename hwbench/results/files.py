@@ -24,6 +24,12 @@ from hwbench.core.records import KIND, SCHEMA_VERSION, STATUSES, finite  # defin
 from hwbench.core.text import MAX_RESULTS_BYTES, read_regular_text
 from hwbench.results.schema.validator import Validator
 
+_orjson: Any
+try:  # a faster parser, for the documents it reads as json does (see parse)
+    import orjson as _orjson
+except ImportError:  # json reads every document, slower
+    _orjson = None
+
 __all__ = [
     "KIND",
     "MIGRATIONS",
@@ -37,6 +43,7 @@ __all__ = [
     "free_path",
     "load",
     "migrate",
+    "parse",
     "read",
     "save",
     "schema",
@@ -117,6 +124,44 @@ def _no_collection() -> Iterator[None]:
             gc.enable()
 
 
+#: Bytes as :func:`_long_integer` sees them: each digit a 0, what may come before a number a space.
+_NUMBER_VIEW = bytes.maketrans(b"123456789\t\n\r:,[-", b"0" * 9 + b" " * 7)
+#: A number of 19 digits or more (never a fraction's, after a point, nor an exponent's, after an e).
+_LONG = b" " + b"0" * 19
+_SCAN_CHUNK = 1 << 22
+
+
+def _long_integer(text: str) -> bool:
+    """Whether ``text`` may hold an integer beyond 64 bits, which orjson would read as a float.
+
+    Such an integer has 19 digits or more after a space, colon, comma, bracket or minus sign;
+    so may a string (then json reads the document: slower, the same)."""
+    if text[:1].isdigit():  # a number at the very start
+        return True
+    for start in range(0, len(text), _SCAN_CHUNK):
+        chunk = text[start : start + _SCAN_CHUNK + len(_LONG) - 1].encode("utf-8", "surrogatepass")
+        if _LONG in chunk.translate(_NUMBER_VIEW):
+            return True
+    return False
+
+
+def parse(text: str) -> Any:
+    """The JSON value of ``text`` exactly as :func:`json.loads` reads it, and its errors.
+
+    orjson reads it when installed, except where it would read a document otherwise: one
+    it refuses (NaN or Infinity, which json reads and the validity rule then names, a number
+    beyond a double, nesting deeper than 1024, a lone surrogate, any JSON error) is read
+    again by json, which reads it or says what is wrong as it always did; one that may hold
+    an integer beyond 64 bits (orjson reads a float) is read by json alone.
+    """
+    if _orjson is not None and not _long_integer(text):
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def read(path: str | Path) -> dict[str, Any]:
     """Read, parse and migrate a results file, without validating it; UserError (one line) on any problem."""
     path = Path(path)
@@ -125,7 +170,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: the file is empty, not an hwbench results file")
     try:
         with _no_collection():
-            doc = json.loads(text)
+            doc = parse(text)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); the file may be truncated"

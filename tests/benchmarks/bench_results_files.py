@@ -1,13 +1,14 @@
 """Large results files: load + validate time, and the memory `hwbench compare` takes for two.
 
-    .venv/bin/python tests/benchmarks/bench_results_files.py [--records 200000] [--keep DIR]
+    .venv/bin/python tests/benchmarks/bench_results_files.py [--records 200000] [--keep DIR] [--parser json]
 
 Writes two results files of ``--records`` matched records each (a base and a slightly
 slower new run) in a temporary folder, then prints:
 
 - the seconds of ``results.load`` (read, parse, migrate, schema and figure checks) of one
   file, split into parsing and checking, and of a whole ``hwbench validate`` command,
-  best of ``--repeat``;
+  best of ``--repeat``, with the parser hwbench uses (orjson where installed; ``--parser
+  json``: the standard library's, as without orjson);
 - the peak resident memory of a ``hwbench compare a.json b.json`` child (from
   ``resource.getrusage(RUSAGE_CHILDREN)`` in a small parent of its own) beside the memory
   of holding both parsed documents (a child that parses them and nothing else), both
@@ -20,6 +21,7 @@ documents. Exit status 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -105,31 +107,50 @@ def time_load(path: Path, repeat: int) -> dict[str, float]:
     return best
 
 
+#: ``python -c`` text that runs hwbench's command line with the standard library's JSON parser only.
+JSON_ONLY = (
+    "import sys; from hwbench.results import files; files._orjson = None; "
+    "from hwbench.cli.main import main; sys.exit(main())"
+)
+
+
+def hwbench_command(json_only: bool) -> list[str]:
+    """The command line that starts hwbench: ``python -m hwbench``, or with json as its only parser."""
+    return [sys.executable, "-c", JSON_ONLY] if json_only else [sys.executable, "-m", "hwbench"]
+
+
+def parser_name() -> str:
+    """The JSON parser :func:`hwbench.results.files.parse` tries first here."""
+    parser = results._orjson
+    return "json (standard library)" if parser is None else f"orjson {parser.__version__} (json where it would differ)"
+
+
 #: A small process that runs ``hwbench compare A B`` as its only child and prints that child's
 #: peak resident KiB: a child forked from this (large) process would count its pages until exec.
 MEASURE = """
-import resource, subprocess, sys
-done = subprocess.run([sys.executable, "-m", "hwbench", "compare", *sys.argv[1:]], stdout=subprocess.DEVNULL,
-                      stderr=subprocess.PIPE, text=True)
+import json, resource, subprocess, sys
+command, files = json.loads(sys.argv[1]), sys.argv[2:]
+done = subprocess.run([*command, "compare", *files], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 if done.returncode != 0:
     sys.exit(f"hwbench compare failed ({done.returncode}): {done.stderr.strip()}")
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
-def compare_peak_kib(a: Path, b: Path) -> tuple[int, float]:
+def compare_peak_kib(a: Path, b: Path, json_only: bool) -> tuple[int, float]:
     """Peak resident KiB of ``hwbench compare a b`` (RUSAGE_CHILDREN of a small parent), and its seconds."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(a), str(b)], capture_output=True, text=True)
+    command = json.dumps(hwbench_command(json_only))
+    done = subprocess.run([sys.executable, "-c", MEASURE, command, str(a), str(b)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr.strip())
     return int(done.stdout), time.perf_counter() - t0
 
 
-def command_seconds(*args: str) -> float:
+def command_seconds(json_only: bool, *args: str) -> float:
     """Wall seconds of ``hwbench ARGS`` in a child, interpreter start and exit included."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hwbench", *args], capture_output=True, text=True)
+    done = subprocess.run([*hwbench_command(json_only), *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"hwbench {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
     return time.perf_counter() - t0
@@ -146,22 +167,38 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=2, help="load timings taken (the best is shown)")
-    parser.add_argument("--keep", type=Path, default=None, help="write the files into this folder and keep them")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="write the files into this folder and keep them (a.json and b.json already there are used as they are)",
+    )
+    parser.add_argument(
+        "--parser", choices=("auto", "json"), default="auto", help="json: the standard library's parser only"
+    )
     args = parser.parse_args()
+    json_only = args.parser == "json"
+    if json_only:
+        results._orjson = None
     with tempfile.TemporaryDirectory(prefix="bench-results-") as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        a, b = write_pair(folder, args.records)
-        size = a.stat().st_size / 1e6
-        print(f"{args.records} records per file, {size:.0f} MB each (written in {time.perf_counter() - t0:.1f} s)")
-        peak, seconds = compare_peak_kib(a, b)
-        validate_s = min(command_seconds("validate", str(a)) for _ in range(args.repeat))
+        a, b = folder / "a.json", folder / "b.json"
+        if args.keep and a.is_file() and b.is_file():
+            print(f"{a} and {b} from an earlier run, {a.stat().st_size / 1e6:.0f} MB each")
+        else:
+            a, b = write_pair(folder, args.records)
+            size = a.stat().st_size / 1e6
+            print(f"{args.records} records per file, {size:.0f} MB each (written in {time.perf_counter() - t0:.1f} s)")
+        peak, seconds = compare_peak_kib(a, b, json_only)
+        validate_s = min(command_seconds(json_only, "validate", str(a)) for _ in range(args.repeat))
         base, held = held_kib(a, b)
         load = time_load(a, args.repeat)
     total = load["load_checked"]
     docs, over = (held - base) / 1024, (peak - base) / 1024
     ratio = over / docs
+    print(f"parser: {parser_name()}")
     print(f"load_checked {total:.2f} s (read and parse {load['parse']:.2f} s, checks {load['validate']:.2f} s)")
     print(f"hwbench validate: {validate_s:.2f} s, the whole command")
     print(f"both documents held: {docs:.0f} MiB above the interpreter ({base / 1024:.0f} MiB)")
