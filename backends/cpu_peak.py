@@ -10,6 +10,7 @@ may not.
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from dataclasses import dataclass
@@ -99,8 +100,12 @@ def _build(lanes: int, asm: str):  # -> llvmlite.ir.Module
     return module
 
 
-#: Timed calls of each measurement (a few milliseconds each); the best counts.
-REPEATS = 15
+#: Rounds of (clock, FMA) measurements, a few milliseconds each and a pause apart; the best of
+#: each counts. Spreading them in time outlasts a neighbour's burst on a shared core.
+ROUNDS, PAUSE_S = 8, 0.005
+#: Contention only lowers the measured FMAs per cycle (and a low clock reading raises it a little):
+#: a count this far above a whole number is the next one (1.33 measured on a core with two units).
+UNIT_SLACK = 0.2
 
 
 def _best_rate(fn, n: int, repeats: int = 5) -> float:
@@ -111,6 +116,12 @@ def _best_rate(fn, n: int, repeats: int = 5) -> float:
         fn(n)
         best = max(best, n / (time.perf_counter() - start))
     return best
+
+
+def fma_units(per_cycle: float) -> int:
+    """FMA units per core from the vector FMAs per cycle measured: the next whole number once the
+    count is :data:`UNIT_SLACK` above one (contention never makes a core look faster)."""
+    return max(1, math.ceil(per_cycle - UNIT_SLACK))
 
 
 def measure_peak(cores: int, lanes_fp32: int, vector_isa: str) -> CPUPeak:
@@ -132,12 +143,15 @@ def measure_peak(cores: int, lanes_fp32: int, vector_isa: str) -> CPUPeak:
     io = np.full(2 * lanes_fp32, 0.5, dtype=np.float32)
     io[lanes_fp32:] = 1e-3
     spin(100_000)  # wake the core up to its boost clock
-    # Best of many short calls: another process sharing the core (or an SMT sibling) slows some of
-    # them, and a peak measured low would refuse honest figures as above it.
-    clock_hz = _best_rate(spin, 200_000, REPEATS) * ADDS_PER_ITERATION
-    fma_rate = _best_rate(lambda n: fmas_fn(n, io.ctypes.data), 2_000_000, REPEATS) * FMA_CHAINS
+    # Best of many short calls spread in time: another process sharing the core slows some of them,
+    # and a peak measured low would refuse honest figures as above it.
+    clock_hz = fma_rate = 0.0
+    for _ in range(ROUNDS):
+        clock_hz = max(clock_hz, _best_rate(spin, 200_000, 3) * ADDS_PER_ITERATION)
+        fma_rate = max(fma_rate, _best_rate(lambda n: fmas_fn(n, io.ctypes.data), 2_000_000, 3) * FMA_CHAINS)
+        time.sleep(PAUSE_S)
     per_cycle = fma_rate / clock_hz
-    units = max(1, round(per_cycle))
+    units = fma_units(per_cycle)
     fp32 = cores * lanes_fp32 * 2 * units * clock_hz / 1e12
     method = (
         f"{cores} cores x {lanes_fp32} fp32 lanes ({vector_isa}) x 2 flop/FMA x {units} FMA/cycle "

@@ -86,3 +86,10 @@ def test_without_torch_attention_falls_back_to_a_labelled_numpy_baseline(monkeyp
     shape = ODD_SHAPES["attention"][1]
     record = runner.run(CaseRequest("attention", "numpy_attention", "cpu", 0, "fp32", shape, timing=QUICK))
     assert record["status"] == "ok" and record["parity"]["passed"]
+
+
+def test_fma_units_round_up_from_a_contended_count_never_down() -> None:
+    from hwbench.backends.cpu_peak import fma_units
+
+    assert [fma_units(x) for x in (0.6, 1.0, 1.18)] == [1, 1, 1]  # one unit, a clock read a little low
+    assert [fma_units(x) for x in (1.33, 1.88, 2.0, 2.15)] == [2, 2, 2, 2]  # two units, one of them contended
