@@ -41,7 +41,9 @@ COMMANDS: dict[str, str] = {
 PLAIN_HELP = frozenset({"list", "run", "show", "validate"})
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``only`` the parser of that one command: each command module is
+    imported only when its parser is built (importing all of them costs most of a second)."""
     parser = argparse.ArgumentParser(
         prog="hwbench",
         description=(
@@ -52,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hwbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         command = importlib.import_module(module)
         command.add_arguments(
             sub.add_parser(
@@ -66,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwbench`` script."""
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
