@@ -10,4 +10,4 @@ bash ci/setup.sh
 .venv/bin/ruff format --check .
 .venv/bin/python ci/typecheck.py
 export TMPDIR="${TMPDIR:-/tmp}"
-.venv/bin/python -m pytest tests -p no:cacheprovider --benchmark-disable --timeout 900 -q "$@"
+.venv/bin/python -m pytest tests -p no:cacheprovider --benchmark-disable --timeout 900 --durations=25 -q "$@"

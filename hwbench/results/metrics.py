@@ -47,29 +47,27 @@ def pct_of_bandwidth(achieved_gbps: float, peak_gbps: float | None) -> float | N
 PLAUSIBLE_PEAK_FRACTION = 1.05
 
 
+def above_ceiling(achieved: float, ceiling: float, unit: str, what: str, source: str | None, why: str) -> str | None:
+    """Why ``achieved`` (in ``unit``) cannot be true under ``ceiling`` (``what`` names it, ``source``
+    says where it comes from, ``why`` what that means), or None when it is at most
+    :data:`PLAUSIBLE_PEAK_FRACTION` of the ceiling."""
+    if achieved <= PLAUSIBLE_PEAK_FRACTION * ceiling:
+        return None
+    where = f" ({source})" if source else ""
+    return f"{achieved:.4g} {unit} is {achieved / ceiling:.3g}x {what} of {ceiling:.4g} {unit}{where}: {why}"
+
+
 def implausible(achieved_tflops: float, peak_tflops: float, dtype: str, peak_source: str | None) -> str | None:
     """Why ``achieved_tflops`` cannot be true on a device whose ``dtype`` peak is ``peak_tflops``
     (None when it can): above :data:`PLAUSIBLE_PEAK_FRACTION` of the peak."""
-    if achieved_tflops <= PLAUSIBLE_PEAK_FRACTION * peak_tflops:
-        return None
-    source = f" ({peak_source})" if peak_source else ""
-    return (
-        f"{achieved_tflops:.4g} TFLOPS is {achieved_tflops / peak_tflops:.3g}x the device's {dtype} peak of "
-        f"{peak_tflops:.4g} TFLOPS{source}: a kernel cannot beat its device's peak, so the timed calls "
-        "did not do the work counted"
-    )
+    why = "a kernel cannot beat its device's peak, so the timed calls did not do the work counted"
+    return above_ceiling(achieved_tflops, peak_tflops, "TFLOPS", f"the device's {dtype} peak", peak_source, why)
 
 
 def implausible_bandwidth(achieved_gbps: float, peak_gbps: float, peak_source: str | None) -> str | None:
     """Why ``achieved_gbps`` from memory cannot be true on a device of ``peak_gbps`` (None when it can)."""
-    if achieved_gbps <= PLAUSIBLE_PEAK_FRACTION * peak_gbps:
-        return None
-    source = f" ({peak_source})" if peak_source else ""
-    return (
-        f"{achieved_gbps:.4g} GB/s is {achieved_gbps / peak_gbps:.3g}x the device's memory bandwidth of "
-        f"{peak_gbps:.4g} GB/s{source} on arrays past its last-level cache: the timed calls did not move "
-        "the bytes counted"
-    )
+    why = "the arrays are past its last-level cache, so the timed calls did not move the bytes counted"
+    return above_ceiling(achieved_gbps, peak_gbps, "GB/s", "the device's memory bandwidth", peak_source, why)
 
 
 def porting_overhead(t_native: float, t_portable: float) -> float:
