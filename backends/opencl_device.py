@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -185,6 +186,18 @@ def launch(
     return Enqueued(state, enqueue, out, plan.output, dtype, config or plan.config, compile_s, (args, head, kernel))
 
 
+#: pyopencl saves the source of a program that failed to build in the temporary folder, and says where.
+SAVED_SOURCE = re.compile(r"\n?\(source saved as (\S+\.cl)\)")
+
+
+def drop_saved_source(message: str) -> str:
+    """``message`` without pyopencl's "(source saved as FILE)", and FILE removed: the source is
+    hwbench's own, and nothing of a run is left in the temporary folder."""
+    for path in SAVED_SOURCE.findall(message):
+        Path(path).unlink(missing_ok=True)
+    return SAVED_SOURCE.sub("", message)
+
+
 def build_opencl_c(
     state: DeviceState, package: str, name: str, dtype: str, defines: Mapping[str, int]
 ) -> tuple[Any, float]:
@@ -198,7 +211,8 @@ def build_opencl_c(
         try:
             return cl.Program(state.context, program_source(package, name)).build(options=flags)
         except cl.Error as exc:
-            raise OpenCLBuildError(f"{kernel} {dtype} {' '.join(flags)}: {first_error_line(str(exc))}") from None
+            text = drop_saved_source(str(exc))
+            raise OpenCLBuildError(f"{kernel} {dtype} {' '.join(flags)}: {first_error_line(text)}") from None
 
     return state.program(("opencl-c", package, name, dtype, tuple(flags)), build)
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,12 +164,21 @@ def test_pocl_takes_no_il_so_llvm_cases_are_skipped(device: DeviceInfo) -> None:
 
 @needs_opencl
 def test_a_build_failure_is_a_compile_error_with_the_logs_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    import pyopencl.characterize
+
     from hwbench.kernels.gemm import opencl as gemm_opencl
 
+    saved = set(Path(tempfile.gettempdir()).glob("tmp*.cl"))
+    # pyopencl's own build cache (used where the driver keeps none) saves a failed program's source
+    monkeypatch.setattr(pyopencl.characterize, "has_src_build_cache", lambda device: False)
     monkeypatch.setattr(gemm_opencl, "tiles", lambda kind, lanes: {"VW": 5, "TM": 2, "TNV": 1, "WG0": 1})
     record = _run("gemm", "opencl", "fp32", {"M": 8, "N": 8, "K": 8})
     assert record["status"] == "compile_error"
     assert "OpenCLBuildError" in record["reason"] and "error" in record["reason"].split("-DWG0=1:", 1)[1]
+    assert "source saved as" not in record["reason"]
+    assert set(Path(tempfile.gettempdir()).glob("tmp*.cl")) <= saved  # pyopencl's copy of the source is gone
 
 
 @needs_opencl
