@@ -116,11 +116,9 @@ def mem_gbps(device: Device, catalog: Catalog) -> tuple[float | None, str]:
     own = num(sub(device.info, "peak").get("mem_gbps"))
     if own:
         return own, "reported by the backend"
-    key = catalog.match(device.name)
-    entry = catalog.devices.get(key, {}) if key else {}
-    tbps = num(entry.get("mem_tbps"))
-    if tbps:
-        return tbps * 1000.0, f"datasheet {key} ({entry.get('as_of', '?')})"
+    found = catalog.memory_bandwidth(device.name)
+    if found is not None:
+        return found.gbps, f"datasheet {found.key} ({found.as_of or '?'})"
     return None, "unknown"
 
 

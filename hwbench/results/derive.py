@@ -131,14 +131,31 @@ CACHE_MARGIN = 4
 
 
 def _cache_bytes(device: dict[str, Any], reference: Reference) -> int | None:
-    """The device's last-level cache: what its backend reports, else the catalog's."""
+    """The device's last-level cache: the largest its backend reports (cpu ``cache_bytes``, opencl
+    ``global_mem_cache_bytes``, GPUs ``l2_bytes`` and ``llc_bytes``, the figures the flushes use), else
+    the catalog's."""
     extra = device.get("extra") or {}
-    own = extra.get("cache_bytes") or extra.get("global_mem_cache_bytes")
-    if isinstance(own, int) and own > 0:
-        return own
+    own = [v for k in CACHE_KEYS if isinstance(v := extra.get(k), int) and not isinstance(v, bool) and v > 0]
+    if own:
+        return max(own)
     lookup = getattr(reference, "last_level_cache", None)
     found = lookup(device["name"]) if lookup is not None else None
     return int(found.bytes) if found is not None else None
+
+
+#: The keys of a device's ``extra`` that name a cache size in bytes, as the backends write them.
+CACHE_KEYS = ("cache_bytes", "global_mem_cache_bytes", "l2_bytes", "llc_bytes")
+
+
+def _memory_peak(device: dict[str, Any], reference: Reference) -> tuple[float, str] | None:
+    """The device's memory bandwidth in GB/s and where it comes from: its backend's own
+    (``peak.mem_gbps``), else the datasheet's."""
+    own = (device.get("peak") or {}).get("mem_gbps")
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return float(own), "reported by the backend"
+    lookup = getattr(reference, "memory_bandwidth", None)
+    found = lookup(device["name"]) if lookup is not None else None
+    return (found.gbps, f"datasheet {found.key} ({found.source}, {found.as_of})") if found is not None else None
 
 
 def _bandwidth_gate(
@@ -146,20 +163,19 @@ def _bandwidth_gate(
 ) -> tuple[float, str, str] | None:
     """A bandwidth kernel's memory bandwidth peak, its source and the check made against it (None
     without one); Unusable when the GB/s is above the peak on arrays past the last-level cache."""
-    lookup = getattr(reference, "memory_bandwidth", None)
-    found = lookup(device["name"]) if lookup is not None and device is not None else None
+    found = _memory_peak(device, reference) if device is not None else None
     if found is None or device is None:
         return None
-    source = f"datasheet {found.key} ({found.source}, {found.as_of})"
+    peak_gbps, source = found
     moved = kernel.bytes_moved(record["shape"], record["dtype"])
     cache = _cache_bytes(device, reference)
     if cache is None or moved < CACHE_MARGIN * cache:
         held = "no last-level cache size known" if cache is None else f"{moved / 2**20:.0f} MiB may sit in cache"
-        return found.gbps, source, f"not checked: {held}"
-    reason = metrics.implausible_bandwidth(metrics.gbps(moved, median), found.gbps, source)
+        return peak_gbps, source, f"not checked: {held}"
+    reason = metrics.implausible_bandwidth(metrics.gbps(moved, median), peak_gbps, source)
     if reason:
         raise Unusable("implausible", reason)
-    return found.gbps, source, f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the memory bandwidth"
+    return peak_gbps, source, f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the memory bandwidth"
 
 
 def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
