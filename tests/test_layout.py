@@ -22,7 +22,7 @@ SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="hwbench_setup")
 #: Installed package name -> top-level folder, as setup.py installs them.
 ROOTS: dict[str, str] = SETUP["ROOTS"]
 PROJECT_TOPS = {package.split(".")[0] for package in ROOTS}
-ROLE_PACKAGES = ("core", "run", "results", "decide", "probes", "compile", "cli", "collective", "report")
+ROLE_PACKAGES = ("core", "sensors", "run", "results", "decide", "probes", "compile", "cli", "collective", "report")
 MAX_MODULE, MAX_FUNCTION = 450, 100  # lines
 
 ImportNode = ast.Import | ast.ImportFrom
