@@ -5,7 +5,7 @@
 #   compile    hwbench compile --target local: every Triton and llvmlite kernel for this GPU, its
 #              Triton builds written to the one cache folder every later section uses
 #   figures    Triton bf16 GEMM 8192^3 beside cuBLAS, causal bf16 attention B=4,H=32,S=4096,D=128
-#              beside SDPA
+#              beside SDPA (every step --no-energy: its windows would not fit the budgets)
 #   simt       the llvmlite work-group kernels lowered to PTX, fp32 (TF32 off): GEMM 8192^3 beside
 #              cuBLAS, attention B=1,H=8,S=4096,D=64 beside SDPA
 #   bandwidth  the stream and transfer kernels (skipped, with a line, while hwbench has none)
@@ -239,25 +239,25 @@ step "${HB[@]}" compile --target local --out "$PREFIX-compile.json" --quiet
 begin figures
 step "${RUN[@]}" --kernel gemm,attention --dtype bf16 --impl torch_matmul,torch_sdpa,triton \
   --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=4,H=32,S=4096,D=128,causal=1 \
-  --budget 0.5 --timeout 90 --out "$PREFIX-figures.json"
+  --budget 0.5 --no-energy --timeout 90 --out "$PREFIX-figures.json"
 
 # --- simt: the llvmlite work-group kernels -------------------------------------------------------
 begin simt
 step "${RUN[@]}" --kernel gemm,attention --dtype fp32 --impl torch_matmul,torch_sdpa,llvm \
   --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=1,H=8,S=4096,D=64,causal=0 \
-  --budget 0.5 --timeout 45 --out "$PREFIX-simt.json"
+  --budget 0.5 --no-energy --timeout 45 --out "$PREFIX-simt.json"
 
 # --- bandwidth and transfers ---------------------------------------------------------------------
 begin bandwidth
 if has_kernel stream; then
-  step "${RUN[@]}" --kernel stream --dtype fp32 --shape stream:op=3,n=33554432 --budget 0.2 --timeout 30 \
+  step "${RUN[@]}" --kernel stream --dtype fp32 --shape stream:op=3,n=33554432 --budget 0.2 --no-energy --timeout 30 \
     --out "$PREFIX-stream.json"
 else
   skip "no stream kernel in this hwbench yet (hwbench list)"
 fi
 if has_kernel transfer; then
   step "${RUN[@]}" --kernel transfer --shape transfer:dir=0,bytes=33554432 --shape transfer:dir=1,bytes=33554432 \
-    --shape transfer:dir=0,bytes=4 --budget 0.2 --timeout 30 --out "$PREFIX-transfer.json"
+    --shape transfer:dir=0,bytes=4 --budget 0.2 --no-energy --timeout 30 --out "$PREFIX-transfer.json"
 else
   skip "no transfer kernel in this hwbench yet (hwbench list)"
 fi
@@ -265,7 +265,7 @@ fi
 # --- low precision -------------------------------------------------------------------------------
 begin lowprec
 if has_gemm_dtype fp8; then
-  step "${RUN[@]}" --kernel gemm --dtype fp8 --shape gemm:M=8192,N=8192,K=8192 --budget 0.5 --timeout 30 \
+  step "${RUN[@]}" --kernel gemm --dtype fp8 --shape gemm:M=8192,N=8192,K=8192 --budget 0.5 --no-energy --timeout 30 \
     --out "$PREFIX-lowprec.json"
 else
   skip "the GEMM has no fp8 dtype in this hwbench yet (hwbench list)"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from synthetic_results import document, record, write
 
+from hwbench.cli import run as run_command
 from hwbench.cli.main import main
 from hwbench.compile.jobs import compiled_kernels, plan_jobs
 from hwbench.core.dtypes import DTYPE_BYTES
@@ -208,6 +209,12 @@ class _FakeWorker:
     def kill(self) -> None:
         pass
 
+    def __enter__(self) -> _FakeWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
 
 def _planned(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda: dict[str, Any]
@@ -220,6 +227,7 @@ def _planned(
         return [], False
 
     monkeypatch.setattr(runner, "Worker", lambda: _FakeWorker(cuda))
+    monkeypatch.setattr(run_command, "Worker", lambda: _FakeWorker(cuda))  # `hwbench run` opens its own
     monkeypatch.setattr(runner, "run_cases", run_cases)
     out = args.index("--out") + 1
     args = [*args[:out], str(tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"), *args[out + 1 :]]
@@ -244,9 +252,10 @@ def _reference_s(kernel: str, shape: dict[str, int], dtype: str) -> float:
     return seconds
 
 
-def estimate(cases: list[CaseRequest], timing_budget: float) -> float:
-    """Seconds a run step takes by the cost model above."""
-    seconds = PROCESS_S
+def estimate(cases: list[CaseRequest], timing_budget: float, energy_budget: float) -> float:
+    """Seconds a run step takes by the cost model above, each case's energy windows at their budget
+    (an H200's energy counter is readable)."""
+    seconds = PROCESS_S + len(cases) * energy_budget
     inputs = {(c.kernel, tuple(sorted(c.shape.items())), c.dtype) for c in cases}
     seconds += sum(_reference_s(k, dict(s), d) for k, s, d in inputs)
     for case in cases:
@@ -275,7 +284,8 @@ def test_each_run_step_plans_its_cases_on_cuda0_within_its_budget(
         cases = _planned(args, tmp_path, monkeypatch, cuda)
         assert cases and {c.device_index for c in cases} == {0}, section.name  # one GPU of the eight
         assert {c.backend for c in cases} == {"cuda"}
-        seconds = estimate(cases, float(_option(args, "--budget")[0]))
+        energy = 0.0 if "--no-energy" in args else float(_option(args, "--energy-budget")[0])
+        seconds = estimate(cases, float(_option(args, "--budget")[0]), energy)
         spent[section.name] = spent.get(section.name, 0.0) + seconds  # a section's steps share its budget
         assert spent[section.name] <= section.budget - GRACE, (
             f"{section.name}: about {spent[section.name]:.0f} s of {section.budget} s"

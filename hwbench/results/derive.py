@@ -237,6 +237,16 @@ def _drop_broken_peaks(doc: dict[str, Any], devices: dict[tuple[Any, ...], dict[
             )
 
 
+def per_watt(record: dict[str, Any], kernel: Any) -> None:
+    """A measured energy's TFLOPS per watt (TFLOP per joule) and, for a bandwidth kernel, GB/s per watt."""
+    energy = record["energy"]
+    joules = energy.get("joules_per_call")
+    shape, dtype = record["shape"], record["dtype"]
+    energy["tflops_per_watt"] = None if kernel.spans_ranks else metrics.per_joule(kernel.flops(shape), joules, 1e12)
+    moved = kernel.bytes_moved(shape, dtype) if kernel.bandwidth_bound else None
+    energy["gbps_per_watt"] = metrics.per_joule(moved, joules, 1e9) if moved is not None else None
+
+
 def _fill(
     doc: dict[str, Any],
     record: dict[str, Any],
@@ -283,6 +293,8 @@ def _fill(
         out["native_impl"] = native["impl"]
         out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
         out["speed_vs_native"] = metrics.speed_ratio(native["timing"]["median_s"], median)
+    if record.get("energy"):
+        per_watt(record, kernel)
     host = _host_native(natives, record, device)
     if host is not None:
         out["host_native_impl"] = host["impl"]

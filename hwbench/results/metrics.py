@@ -98,6 +98,14 @@ def per_usd_hour(achieved_tflops: float, usd_per_hour: float | None) -> float | 
     return achieved_tflops / usd_per_hour
 
 
+def per_joule(amount: float, joules: float | None, unit: float) -> float | None:
+    """``amount`` (flops or bytes of one call) per joule of one call, in ``unit``s: with 1e12, TFLOP/J,
+    which is TFLOPS per watt; with 1e9, GB/J (GB/s per watt). None without an amount or energy."""
+    if not joules or joules <= 0 or not amount or amount <= 0:
+        return None
+    return amount / joules / unit
+
+
 def performance_portability(efficiencies: Iterable[float | None]) -> float:
     """Pennycook's PP: harmonic mean of efficiencies in (0, 1]; 0 if any is missing or zero."""
     values = list(efficiencies)

@@ -25,6 +25,9 @@ from hwbench.core.registry import get_backend, get_kernel
 from hwbench.run import parity as parity_mod
 from hwbench.run.stats import stability_warnings, summarize, timing_section
 from hwbench.run.timing import Timing, TimingConfig, measure
+from hwbench.sensors.base import Sensors
+from hwbench.sensors.devices import DeviceSensors
+from hwbench.sensors.energy import Energy, EnergyConfig, measure_energy, method_of
 
 
 @dataclass(frozen=True)
@@ -277,16 +280,59 @@ class Pipeline:
         except Exception as exc:
             raise CaseFailed("runtime_error", f"reading the output after timing: {error_line(exc)}") from exc
 
+    @staticmethod
+    def energy(case: Case, prepared: Prepared, timing: Timing, sensors: Sensors, budget_s: float) -> dict[str, Any]:
+        """The record's ``energy`` section: the prepared call run again in windows of its own after
+        the timing (the timed samples are untouched), each window ended by the backend's timer
+        timing nothing, which waits for the device (torch's events synchronize; CPU and OpenCL
+        calls return when done)."""
+        try:
+            timer = case.backend.timer(case.device)
+        except Exception as exc:  # no timer to wait with: the reason, not a failed case
+            why = f"measuring energy failed: {error_line(exc)}"
+            return Energy(sensors.source, method_of(sensors), None, None, 0.0, 0, None, why).section()
+
+        def sync() -> None:
+            timer.time(_nothing)
+
+        median = summarize(timing.samples).median
+        return measure_energy(sensors, prepared.run, sync, median, EnergyConfig(budget_s=budget_s)).section()
+
+
+def _nothing() -> None:
+    """A call that does nothing (timed to wait for the device)."""
+
+
+def device_mapping(device: DeviceInfo) -> dict[str, Any]:
+    """What the sensor layer matches a device by: name, kind, vendor and extra facts."""
+    return {"name": device.name, "kind": device.kind, "vendor": device.vendor, "extra": dict(device.extra)}
+
 
 class CaseRunner:
     """Runs cases in the worker process: each step of the :class:`Pipeline`, every failure a status."""
 
-    def __init__(self) -> None:
+    def __init__(self, sensors: DeviceSensors | None = None) -> None:
         self.pipeline = Pipeline()
+        #: Each device's sensors, opened once in this process (on the first timed case).
+        self.sensors = sensors if sensors is not None else DeviceSensors()
 
     def devices(self, backend: Backend) -> list[DeviceInfo]:
         """The backend's devices (listed once)."""
         return self.pipeline.devices(backend)
+
+    def energy(self, case: Case, prepared: Prepared, timing: Timing, budget_s: float) -> dict[str, Any] | None:
+        """The record's ``energy`` section where the device's energy is readable; None where it is
+        not or ``budget_s`` is 0 (the results file's ``sensors`` section says why, once per device)."""
+        if budget_s <= 0:
+            return None
+        sensors = self.sensors.get(case.backend.name, case.device.index, device_mapping(case.device))
+        if isinstance(sensors, str) or not sensors.energy_readable:
+            return None
+        return self.pipeline.energy(case, prepared, timing, sensors, budget_s)
+
+    def close(self) -> None:
+        """Close the devices' sensors."""
+        self.sensors.close()
 
     def run(self, request: CaseRequest) -> dict[str, Any]:
         """The record of ``request``; every failure becomes a status, never an exception."""
@@ -305,11 +351,15 @@ class CaseRunner:
             if why:
                 return failed(record, "parity_failed", why)
             cleared = steps.clear(prepared)
-            timing = steps.time(case, prepared, TimingConfig(**request.timing))
+            config = TimingConfig(**request.timing)
+            timing = steps.time(case, prepared, config)
             record["timing"] = timing_fields(timing)
             record["parity"], why = steps.recheck(case, prepared, cleared)
             if why:
                 return failed(record, "parity_failed", why)
+            energy = self.energy(case, prepared, timing, config.energy_s)
+            if energy is not None:
+                record["energy"] = energy
         except CaseSkipped as skip:
             return failed(record, "skipped", str(skip))
         except CaseFailed as fail:

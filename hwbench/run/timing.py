@@ -25,12 +25,16 @@ class TimingConfig:
     max_samples: int = 1000
     target_cv: float = 0.01
     flush: bool = True
+    #: Seconds, at most, of the energy windows after the timed calls where the device's energy is
+    #: readable (``hwbench.sensors.energy``); 0: no energy measured.
+    energy_s: float = 2.0
 
     @classmethod
     def for_profile(cls, profile: str, flush: bool = True) -> TimingConfig:
         """Budgets that keep a profile's run time in proportion to its size."""
         budget = {"quick": 0.25, "standard": 1.0, "full": 2.0}[profile]
-        return cls(warmup_s=budget / 5, budget_s=budget, flush=flush)
+        energy = {"quick": 2.0, "standard": 3.0, "full": 5.0}[profile]
+        return cls(warmup_s=budget / 5, budget_s=budget, flush=flush, energy_s=energy)
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,9 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
             return describe_host()
         if op == "case":
             return {"record": runner.run(CaseRequest(**message["case"]))}
+        if op == "sensors":
+            devices = [(d["backend"], d["device_index"], d.get("device")) for d in message["devices"]]
+            return {"sensors": [runner.sensors.entry(*device) for device in devices]}
     except Exception as exc:  # an unexpected failure is an answer, not a dead worker
         return {"error": error_line(exc)}
     return {"error": f"unknown request {op!r}"}
@@ -219,7 +222,29 @@ def main(argv: list[str]) -> int:
         if message.get("op") == "exit":
             break
         answers.write(json.dumps(finite(_handle(message, runner)), allow_nan=False).encode() + b"\n")
+    runner.close()
     return _CLEAN_EXIT
+
+
+def describe_sensors(worker: Worker, doc: dict[str, Any], timeout: float) -> list[dict[str, Any]] | str:
+    """The results file's ``sensors`` section: for each device a case was timed on, what the
+    worker's readers of it read (the same readers its cases used) or why nothing; the reason
+    when the worker cannot say."""
+    timed = {(r["backend"], r.get("device_index")) for r in doc.get("records", []) if (r.get("timing") or {}).get("n")}
+    devices = [
+        {"backend": b["name"], "device_index": d["index"], "device": d}
+        for b in doc.get("backends", [])
+        for d in b.get("devices", [])
+        if (b["name"], d["index"]) in timed
+    ]
+    if not devices:
+        return []
+    try:
+        answer = worker.request({"op": "sensors", "devices": devices}, timeout)
+    except WorkerDied as died:
+        return f"the sensors were not described: {died.reason}"
+    sensors: list[dict[str, Any]] | None = answer.get("sensors")
+    return sensors if sensors is not None else f"the sensors were not described: {answer.get('error')}"
 
 
 if __name__ == "__main__":

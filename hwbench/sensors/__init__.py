@@ -7,3 +7,7 @@ fake tree or a fake NVML stands in for the real one; what is not readable is sai
 
 May import: ``hwbench.core`` only; ``run``, ``cli`` and the layers above may import it.
 """
+
+from hwbench.sensors.devices import open_sensors
+
+__all__ = ["open_sensors"]

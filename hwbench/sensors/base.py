@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from types import TracebackType
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,10 @@ class Sample:
     clock_mhz: float | None
 
 
+#: The fields of a :class:`Sample` that are readings (all but the time).
+READINGS = ("power_w", "energy_j", "temp_c", "clock_mhz")
+
+
 class Sensors(ABC):
     """One device's readers, opened once per device and closed when done."""
 
@@ -30,10 +35,33 @@ class Sensors(ABC):
     source: str = ""
     #: the energy counter's step, J (RAPL: 1e-6, NVML: 1e-3); None without a counter.
     energy_resolution_j: float | None = None
+    #: whether :attr:`Sample.power_w` is read (a device without an energy counter may still say its power).
+    reads_power: bool = False
+    #: how often the energy counter (else the power reading) takes a new value, s; None until observed
+    #: (``hwbench.sensors.energy`` observes it once, on the first measurement).
+    update_interval_s: float | None = None
+    #: what these readers cannot read and why (empty when everything is read), e.g. why there is no energy.
+    reason: str = ""
+
+    @property
+    def energy_readable(self) -> bool:
+        """Whether energy can be measured: through a counter, or by sampling the power."""
+        return self.energy_resolution_j is not None or self.reads_power
 
     @abstractmethod
     def sample(self) -> Sample:
         """Read every sensor now."""
 
+    def energy_sample(self) -> Sample:
+        """Read what measuring energy needs (the time, the energy counter, the power); the other
+        fields may be None. Readers with many other files (a CPU's clocks) read fewer here."""
+        return self.sample()
+
     def close(self) -> None:  # noqa: B027 - most readers hold nothing to release
         """Release what the readers hold (an SDK session); reading after close is an error."""
+
+    def __enter__(self) -> Sensors:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
