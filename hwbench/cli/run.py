@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +33,8 @@ from hwbench.run.runner import Plan, execute
 from hwbench.run.search import BUDGET_S, SEARCH_TIMING, SearchPlan
 from hwbench.run.signals import StopSignals, exit_status
 from hwbench.run.timing import TimingConfig
+from hwbench.run.worker import Worker, describe_sensors
+from hwbench.sensors.health import POLL_S, HealthWatch, run_devices
 
 HELP = "run the benchmark matrix and write a results file"
 #: The shortest ``--timeout`` accepted: a case compiles, checks and times its kernel within it.
@@ -108,6 +111,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)")
     how.add_argument("--no-flush", action="store_true", help="do not flush caches before timed calls")
     how.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    how.add_argument(
+        "--energy-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds, at most, of each case's energy windows after its timing, where the device's energy is "
+        "readable (NVML, amdsmi, RAPL; default: 2 quick, 3 standard, 5 full; --search: none unless given)",
+    )
+    how.add_argument("--no-energy", action="store_true", help="measure no energy (no windows after the timing)")
     cost = parser.add_argument_group("cost")
     cost.add_argument(
         "--price-per-hour",
@@ -223,12 +235,20 @@ def _search(args: argparse.Namespace, kernels: list[str]) -> SearchPlan | None:
 
 def _timing(args: argparse.Namespace) -> TimingConfig:
     timing = TimingConfig.for_profile(args.profile, flush=not args.no_flush)
+    if args.no_energy and args.energy_budget is not None:
+        raise UserError("give either --no-energy or --energy-budget, not both")
+    energy = timing.energy_s if args.energy_budget is None else positive_seconds(args.energy_budget, "--energy-budget")
+    if args.no_energy or (args.search and args.energy_budget is None):  # --search: many shapes, each briefly
+        energy = 0.0
     if args.search and args.budget is None:  # many short cases: each shape is timed briefly
-        return TimingConfig(warmup_s=SEARCH_TIMING[0], budget_s=SEARCH_TIMING[1], flush=timing.flush)
+        return TimingConfig(warmup_s=SEARCH_TIMING[0], budget_s=SEARCH_TIMING[1], flush=timing.flush, energy_s=energy)
     if args.budget is None:
-        return timing
+        return replace(timing, energy_s=energy)
     return TimingConfig(
-        warmup_s=args.budget / 5, budget_s=positive_seconds(args.budget, "--budget"), flush=timing.flush
+        warmup_s=args.budget / 5,
+        budget_s=positive_seconds(args.budget, "--budget"),
+        flush=timing.flush,
+        energy_s=energy,
     )
 
 
@@ -288,22 +308,37 @@ def main(args: argparse.Namespace) -> int:
     joined = follow_if_joined(args)  # after every check, so that no rank waits for one that gave up
     if joined is not None:
         return joined
-    with StopSignals() as stops:
+    with StopSignals() as stops, HealthWatch(backends, poll_s=POLL_S) as health, Worker() as worker:
         doc = execute(
             plan,
             {k: get_kernel(k).dtypes for k in kernels},
             all_shapes,
             progress=None if args.quiet else ProgressLine(),
+            worker=worker,
             collective=run_collective,
             finish=lambda doc: _derive(doc, catalog),
             stops=stops,
         )
+        _sensors(doc, worker, plan)
+        doc["health"] = health.finish(run_devices(doc))  # the readings since the watch started
         if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
             doc["run"]["catalog"] = str(args.catalog)
         saved = _save(doc, out) if out is not None else None
         if out is None or args.json:  # the document on stdout; the table and the rest on stderr
             print(results.dumps(doc), end="", flush=True)
         return _report(doc, out, saved, stops, sys.stderr if out is None or args.json else sys.stdout)
+
+
+def _sensors(doc: dict[str, Any], worker: Worker, plan: Plan) -> None:
+    """The document's ``sensors`` section (what each timed device's sensors read, or why not, said
+    once), from the worker whose readers the cases used; none when energy was off or the run stopped."""
+    if plan.timing.energy_s <= 0 or doc["run"]["incomplete"]:
+        return
+    found = describe_sensors(worker, doc, max(plan.timeout_s, 60.0))
+    if isinstance(found, str):
+        doc["warnings"].append(found)
+    elif found:
+        doc["sensors"] = found
 
 
 def _derive(doc: dict[str, Any], catalog: Catalog) -> None:

@@ -16,6 +16,7 @@ from hwbench.core.kernel import Kernel, get_kernel
 from hwbench.core.text import printable
 from hwbench.results.nccl import BUSBW_NOTE, is_collective, nccl_tables
 from hwbench.run.case import CaseRequest
+from hwbench.sensors.health import health_lines
 
 HEADERS = (
     "backend",
@@ -185,6 +186,8 @@ def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl"
     if spanning:
         lines += ["", *nccl_tables(spanning, device)]
     lines += _notes([quiet.get(id(r), r) for r in records], device)
+    health = [printable(line) for line in health_lines(doc)]
+    lines += ["", *health] if health else []
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
         lines.append(printable(f"price: {price}"))
