@@ -5,7 +5,8 @@ exact), built per rank without the other ranks' rows. Parity is checked once bef
 timing (a wrong implementation is never timed) and again after the timed loop; both
 counts of wrong elements are summed over all ranks. The number of warm-up and timed
 iterations comes from the slowest rank's estimate, so every rank runs the same count;
-each iteration's time is the maximum over ranks (gathered after the loop). Control
+each iteration's time is the maximum over ranks (gathered after the loop), and each rank's
+own median is kept beside it (``rank_p50_s``, index = rank: a straggler's stands out). Control
 messages go through the default process group, never inside the timed loop.
 """
 
@@ -93,6 +94,7 @@ def run_case(
     wrong_after, worst_after = _verify(impl, op, inp, out, row, want)
     rows = _gather(np.concatenate([samples, [wrong_after, worst_after]]), world)
     per_iter = rows[:, :iters].max(axis=0)
+    rank_p50 = np.median(rows[:, :iters], axis=1)
     wrong = int(rows[:, iters].sum())
     result = {
         "status": "ok" if wrong == 0 else "parity_failed",
@@ -100,6 +102,7 @@ def run_case(
         "max_abs_err": float(rows[:, iters + 1].max()),
         "elements": count * world.size,
         "samples": per_iter.tolist(),
+        "rank_p50_s": rank_p50.tolist(),
         "warmup": warmup + 3,
         "when": f"after {iters} timed iterations",
         "timer": impl.timer,
@@ -139,6 +142,7 @@ def to_record(base: dict[str, Any], result: dict[str, Any], resolution_s: float)
             flushed=False,
             warmup=result["warmup"],
             stopped_by="budget",
+            **({"rank_p50_s": result["rank_p50_s"]} if result.get("rank_p50_s") else {}),
         )
         record["warnings"] = stability_warnings(s, resolution_s)
     return record

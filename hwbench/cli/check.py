@@ -1,0 +1,134 @@
+"""Accept or reject a node: every check of its results files against the floors, PASS/FAIL/MISSING.
+
+Give every file of the node (hwbench run, hwbench burn). Per device: the best GEMM of each
+dtype >= a share of the device's peak (the datasheet's for GPUs, the measured one for CPUs),
+the best stream triad >= GB/s, burn decay <= %, no wrong result (burn mismatches, records
+that failed parity), health readings clean; per host and backend: AllReduce busbw >= GB/s and
+small-message latency <= us (the interconnect's figures: set them in your floors file).
+Default floors per device model ship in hwbench/decide/data/floors.toml, each with its
+reason; --floors FILE (same layout) overrides them. Exit status: 0 all PASS, 1 any FAIL or
+MISSING (--allow-missing passes over absent measurements), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hwbench.cli.options import to_stdout
+from hwbench.decide.acceptance import FAIL, MISSING, PASS, judge
+from hwbench.decide.floors import Floors
+from hwbench.results.checked import load_checked
+from hwbench.results.files import check_new, write_new
+from hwbench.results.tables import table
+
+HELP = "accept or reject a node: its results against floors (GEMM, stream, AllReduce, burn, health)"
+EXIT_REJECTED = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hwbench check``."""
+    parser.add_argument("files", type=Path, nargs="+", metavar="FILE", help="results files of the node (run, burn)")
+    parser.add_argument(
+        "--floors",
+        type=Path,
+        default=None,
+        help="TOML floors over the shipped ones ([default], [cpu], [gpu], [devices.KEY]; see README)",
+    )
+    parser.add_argument(
+        "--allow-missing", action="store_true", help="pass over checks whose measurement is absent (MISSING)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdict document as JSON instead of the table")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=None,
+        help="also write the verdict document (JSON) to this new file (never overwritten; '-': stdout, "
+        "the table then on stderr)",
+    )
+
+
+def _amount(value: Any, unit: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "clean" if value else "problems"
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".strip()
+
+
+def _floor(row: dict[str, Any]) -> str:
+    if row["floor"] is True:
+        return "clean"
+    return f"{row['op']} {_amount(row['floor'], row['unit'])}"
+
+
+def _what(row: dict[str, Any]) -> str:
+    return row["label"] + (f" {row['dtype']}" if row.get("dtype") else "")
+
+
+def _device(row: dict[str, Any]) -> str:
+    where = f"{row['backend']}:{row['device_index']}" if row["device_index"] is not None else f"{row['backend']} node"
+    return f"{row['device']} ({where})"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The verdict table, then why each check failed or is missing, the figures not judged and the total."""
+    hosts = len(doc["hosts"]) > 1
+    headers = (*(("host",) if hosts else ()), "device", "check", "figure", "floor", "verdict")
+    rows = [
+        (
+            *((r["host"],) if hosts else ()),
+            _device(r),
+            _what(r),
+            _amount(r["figure"], r["unit"]),
+            _floor(r),
+            r["verdict"],
+        )
+        for r in doc["checks"]
+    ]
+    lines = [table(rows, headers) if rows else "nothing to judge: no record, burn or health entry names a device", ""]
+    for r in doc["checks"]:
+        if r["verdict"] == PASS:
+            continue
+        lines.append(f"{r['verdict']}: {r['host']} {_device(r)} {_what(r)}: {r['detail']}")
+        if r["verdict"] == FAIL:
+            why = f": {r['floor_reason']}" if r["floor_reason"] else ""
+            lines.append(f"  floor {_floor(r)}{why} ({r['floor_origin']})")
+    for r in doc["not_judged"]:
+        lines.append(
+            f"not judged: {r['host']} {_device(r)} {_what(r)} {_amount(r['figure'], r['unit'])}: "
+            f"no floor (set {r['check']} in --floors)"
+        )
+    counts = doc["summary"]
+    verdict = "PASS" if doc["passed"] else "FAIL"
+    passed_over = " (MISSING passed over: --allow-missing)" if doc["allow_missing"] and counts[MISSING] else ""
+    lines.append(
+        f"check: {counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[MISSING]} MISSING: {verdict}{passed_over}; "
+        f"floors: {', '.join(doc['floors'])}"
+    )
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Judge the files; 0 when every check passes, 1 on any FAIL or MISSING, 2 on bad input."""
+    if args.out and not to_stdout(args.out):
+        check_new(args.out)
+    floors = Floors.load(args.floors)
+    doc = judge([load_checked(path) for path in args.files], floors, args.allow_missing)
+    text = json.dumps(doc, indent=1)
+    if args.out and to_stdout(args.out):
+        print(text)
+        print(render(doc), file=sys.stderr)
+    else:
+        if args.out:
+            write_new(args.out, text + "\n", what="verdict document")
+        print(text if args.json else render(doc))
+    return 0 if doc["passed"] else EXIT_REJECTED
