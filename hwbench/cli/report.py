@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from hwbench.cli.options import to_stdout
+from hwbench.decide.tco_model import load_model
 from hwbench.report import build
 from hwbench.results import files as results
 
@@ -33,14 +34,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="HTML file to write (default: report.html; never overwritten; '-': stdout)",
     )
     parser.add_argument("--title", default="hwbench report", help="title of the page")
+    parser.add_argument(
+        "--tco",
+        type=Path,
+        default=None,
+        metavar="MODEL.toml",
+        help="add a TCO section (owning against renting) from this cost model (see hwbench tco)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     """Refuse an existing -o, load every file (one line and exit 2 on a bad one), build the page, write it."""
     if not to_stdout(args.out):
         results.check_new(args.out, "-o")
+    model = load_model(args.tco) if args.tco is not None else None
     runs = [(path, results.load(path)) for path in args.files]
-    page = build(runs, title=args.title)
+    page = build(runs, title=args.title, tco=model)
     if to_stdout(args.out):
         sys.stdout.write(page)
         print(f"report: stdout ({len(page) / 1024:.0f} KiB, {len(runs)} results file(s))", file=sys.stderr)

@@ -7,7 +7,9 @@ compute density 25 (best 16-bit GEMM TFLOPS, fp32 on CPUs, per USD/hour of one d
 network 20 (small-message AllReduce p50), storage 15 (hwbench probe storage IOPS), time to
 first step 20 (hwbench probe startup, cold caches), recovery 20 (MTTR from the platform
 file). Missing data is shown as missing; its weight is not redistributed: total counts it
-as 0 (a lower bound) and max_total as 100.
+as 0 (a lower bound) and max_total as 100. --cost tco:MODEL.toml divides compute density's
+TFLOPS by the cost of owning a device per used hour under a TCO model (see hwbench tco)
+instead of its rental price; a --weights file may add tflops_per_watt (measured energy).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from hwbench.cli.options import to_stdout
 from hwbench.core.errors import UserError
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
-from hwbench.decide.score import score_platforms
+from hwbench.decide.score import CostBasis, score_platforms
+from hwbench.decide.tco import score_cost
+from hwbench.decide.tco_model import load_model
 from hwbench.decide.weights import load_weights
 from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
@@ -49,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="TOML catalog of your own ([devices.KEY], [[prices]]) over the shipped one",
+    )
+    parser.add_argument(
+        "--cost",
+        default="rental",
+        metavar="rental|tco:MODEL.toml",
+        help="what compute density divides by: the rental price of a device-hour (default), or the cost of "
+        "owning it per used hour under a TCO model (hwbench tco)",
     )
     parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
     parser.add_argument(
@@ -98,10 +109,22 @@ def render(doc: dict[str, Any]) -> str:
             elif entry.get("note"):
                 lines.append(f"note: {p['name']} {doc['dimensions'][n]['label']}: {entry['note']}")
             price = entry["source"].get("price_source")
-            if price:
+            if price and entry["source"].get("cost_basis"):
+                lines.append(f"cost: {p['name']}: {entry['source']['usd_per_hour']:.4g} USD per used hour ({price})")
+            elif price:
                 lines.append(f"price: {p['name']}: {entry['source']['usd_per_hour']:g} USD/hour ({price})")
     lines.append(f"weights: {doc['weights_source']}; {doc['total_means']}")
     return "\n".join(lines)
+
+
+def _cost_basis(text: str, catalog: Catalog) -> CostBasis | None:
+    """``--cost``: None for the rental price, else the TCO model's cost basis."""
+    if text == "rental":
+        return None
+    kind, colon, path = text.partition(":")
+    if kind != "tco" or not colon or not path.strip():
+        raise UserError(f"--cost must be rental or tco:MODEL.toml, got {text!r}")
+    return score_cost(load_model(path), catalog)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -110,12 +133,13 @@ def main(args: argparse.Namespace) -> int:
         check_new(args.out)
     dims, origin = load_weights(args.weights)
     catalog = Catalog.load(args.catalog)
+    cost = _cost_basis(args.cost, catalog)
     platforms = [parse_platform(text) for text in args.platforms]
     names = [p.name for p in platforms]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
-    doc = score_platforms(platforms, dims, catalog, origin)
+    doc = score_platforms(platforms, dims, catalog, origin, cost)
     text = json.dumps(doc, indent=1)
     if args.out and to_stdout(args.out):
         print(text)

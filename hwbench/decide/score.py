@@ -8,8 +8,9 @@ nothing, and its weight is not handed to the others. ``total`` is therefore a lo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from hwbench.core.dtypes import DTYPE_BYTES
@@ -74,29 +75,70 @@ def _price(platform: Platform, loaded: Loaded, record: dict[str, Any], catalog: 
     return quote.usd_per_hour, printable(f"catalog {key}: {quote.basis}; {quote.source}; as of {quote.as_of}")
 
 
-def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
-    """Best achieved GEMM TFLOPS (16-bit on accelerators, fp32 on CPUs) per USD/hour of one device."""
+@dataclass(frozen=True)
+class CostBasis:
+    """What compute density divides the TFLOPS by, when not the rental price: ``price(platform,
+    loaded, record)`` gives the USD per used hour of one device of the record, where it comes
+    from and any further figures for the source, or the reason there is none."""
+
+    name: str
+    unit: str
+    price: Callable[[Platform, Loaded, dict[str, Any]], tuple[float, str, dict[str, Any]] | str]
+
+
+def gemm_candidates(
+    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None
+) -> list[tuple[Loaded, int, dict[str, Any]]] | str:
+    """The ok GEMM records (with TFLOPS) compute density chooses among: bf16/fp16 where the files
+    have an accelerator, fp32 on CPUs; only those ``wanted`` accepts. Or the reason there is none."""
     rows = [
-        (f, i, r, f.device_kind(r)) for f in platform.results for i, r in _ok(f, "gemm") if r["metrics"].get("tflops")
+        (f, i, r, f.device_kind(r))
+        for f in files
+        for i, r in _ok(f, "gemm")
+        if r["metrics"].get("tflops") and (wanted is None or wanted(r))
     ]
     accel = [row for row in rows if row[3] in ACCELERATOR_KINDS]
     if accel:
         chosen = [row for row in accel if row[2]["dtype"] in SIXTEEN_BIT]
         if not chosen:
             dtypes = ", ".join(sorted({row[2]["dtype"] for row in accel}))
-            return Raw(
-                None,
-                reason=f"no ok bf16/fp16 GEMM record on the accelerator (only {dtypes}); "
-                "run hwbench run --kernel gemm --dtype bf16,fp16",
+            return (
+                f"no ok bf16/fp16 GEMM record on the accelerator (only {dtypes}); "
+                "run hwbench run --kernel gemm --dtype bf16,fp16"
             )
     else:
         chosen = [row for row in rows if row[2]["dtype"] == "fp32"]
         if not chosen:
-            return Raw(None, reason="no ok GEMM record (fp32 on a CPU, bf16/fp16 on an accelerator)")
-    loaded, index, record, _ = max(chosen, key=lambda row: row[2]["metrics"]["tflops"])
+            return "no ok GEMM record (fp32 on a CPU, bf16/fp16 on an accelerator)"
+    return [row[:3] for row in chosen]
+
+
+def best_gemm(
+    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None
+) -> tuple[Loaded, int, dict[str, Any]] | str:
+    """The candidate GEMM record (:func:`gemm_candidates`) with the most TFLOPS, or why there is none."""
+    rows = gemm_candidates(files, wanted)
+    if isinstance(rows, str):
+        return rows
+    return max(rows, key=lambda row: row[2]["metrics"]["tflops"])
+
+
+def compute_density(platform: Platform, dim: Dimension, catalog: Catalog, cost: CostBasis | None = None) -> Raw:
+    """Best achieved GEMM TFLOPS (16-bit on accelerators, fp32 on CPUs) per USD/hour of one device:
+    its rental price, or with ``cost`` what that basis says an hour of the device costs."""
+    found = best_gemm(platform.results)
+    if isinstance(found, str):
+        return Raw(None, reason=found)
+    loaded, index, record = found
     tflops = float(record["metrics"]["tflops"])
-    price = _price(platform, loaded, record, catalog)
     source = _record_source(loaded, index, record, tflops=tflops)
+    if cost is not None:
+        priced = cost.price(platform, loaded, record)
+        if isinstance(priced, str):
+            return Raw(None, source, reason=priced)
+        source.update(usd_per_hour=priced[0], price_source=priced[1], cost_basis=cost.name, **priced[2])
+        return Raw(tflops / priced[0], source)
+    price = _price(platform, loaded, record, catalog)
     if price is None:
         return Raw(
             None,
@@ -106,6 +148,42 @@ def compute_density(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw
         )
     source.update(usd_per_hour=price[0], price_source=price[1])
     return Raw(tflops / price[0], source)
+
+
+def _energy_reason(loaded: Loaded, record: dict[str, Any]) -> str:
+    """Why a GEMM record has no TFLOPS per watt: its energy's reason, else its device's sensors line."""
+    energy = record.get("energy")
+    if isinstance(energy, dict) and energy.get("reason"):
+        return str(energy["reason"])
+    for entry in loaded.doc.get("sensors") or []:
+        same = entry.get("backend") == record.get("backend") and entry.get("device_index") == record.get("device_index")
+        if same and entry.get("reason"):
+            return str(entry["reason"])
+    return "the file has no energy readings (a run where the device's power or energy is readable records them)"
+
+
+def tflops_per_watt(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+    """Highest ``energy.tflops_per_watt`` among the GEMM records compute density chooses among."""
+    rows = gemm_candidates(platform.results)
+    if isinstance(rows, str):
+        return Raw(None, reason=rows)
+    measured = [
+        (float(r["energy"]["tflops_per_watt"]), f, i, r)
+        for f, i, r in rows
+        if isinstance(r.get("energy"), dict) and _positive(r["energy"].get("tflops_per_watt"))
+    ]
+    if not measured:
+        loaded, _, record = max(rows, key=lambda row: row[2]["metrics"]["tflops"])
+        device = printable(record.get("device"))
+        return Raw(None, reason=f"no GEMM record on '{device}' has TFLOPS per watt: {_energy_reason(loaded, record)}")
+    value, loaded, index, record = max(measured, key=lambda row: row[0])
+    energy = record["energy"]
+    extra = {k: energy.get(k) for k in ("watts", "source", "method", "error_pct") if k in energy}
+    return Raw(value, _record_source(loaded, index, record, tflops=record["metrics"]["tflops"], **extra))
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
@@ -186,6 +264,7 @@ FIGURES: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = {
     "storage": storage,
     "time_to_first_step": time_to_first_step,
     "recovery": recovery,
+    "tflops_per_watt": tflops_per_watt,
 }
 
 
@@ -196,10 +275,20 @@ def _best(dim: Dimension, values: list[float]) -> float | None:
 
 
 def score_platforms(
-    platforms: list[Platform], dims: dict[str, Dimension], catalog: Catalog, weights_source: str = "default"
+    platforms: list[Platform],
+    dims: dict[str, Dimension],
+    catalog: Catalog,
+    weights_source: str = "default",
+    cost: CostBasis | None = None,
 ) -> dict[str, Any]:
-    """The score document: the matrix, then each platform's dimensions, totals and rank."""
-    raws = {p.name: {name: FIGURES[name](p, dim, catalog) for name, dim in dims.items()} for p in platforms}
+    """The score document: the matrix, then each platform's dimensions, totals and rank; compute
+    density per rental price, or per what ``cost`` says an hour of a device costs."""
+    figures: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = dict(FIGURES)
+    if cost is not None:
+        figures["compute_density"] = partial(compute_density, cost=cost)
+    if cost is not None and "compute_density" in dims:
+        dims = {**dims, "compute_density": replace(dims["compute_density"], unit=cost.unit)}
+    raws = {p.name: {name: figures[name](p, dim, catalog) for name, dim in dims.items()} for p in platforms}
     best = {
         name: _best(dim, [v for v in (raws[p.name][name].value for p in platforms) if v is not None])
         for name, dim in dims.items()
@@ -241,6 +330,7 @@ def score_platforms(
     return {
         "kind": "hwbench-score",
         "weights_source": weights_source,
+        "cost_basis": cost.name if cost is not None else "rental",
         "dimensions": {name: dim.as_json() for name, dim in dims.items()},
         "total_means": TOTAL_MEANS,
         "platforms": out,

@@ -1,7 +1,9 @@
 """The weighted matrix of ``hwbench score``: dimensions, weights, and raw figure -> 0-100.
 
 The shipped matrix is ``hwbench/data/weights.toml`` (its comments document the mapping);
-``--weights FILE`` replaces it. Anything wrong in a file is one line naming the file.
+``--weights FILE`` replaces it. The shipped file's ``[optional.NAME]`` tables are mappings of
+dimensions outside the default matrix (TFLOPS per watt) that a ``--weights`` file may weigh.
+Anything wrong in a file is one line naming the file.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from hwbench.core.loading import tomllib
 from hwbench.core.text import MAX_SETTINGS_BYTES, read_regular_text
 
 #: Every dimension hwbench can score, in display order.
-DIMENSIONS = ("compute_density", "network", "storage", "time_to_first_step", "recovery")
+DIMENSIONS = ("compute_density", "network", "storage", "time_to_first_step", "recovery", "tflops_per_watt")
 #: Keys a dimension may have besides the mapping, with their types.
 OPTIONS: dict[str, dict[str, type]] = {
     "network": {"max_message_bytes": int},
@@ -149,7 +151,10 @@ def _dimension(name: str, given: Mapping[str, Any], default: Mapping[str, Any], 
 def load_weights(path: str | Path | None = None) -> tuple[dict[str, Dimension], str]:
     """The matrix (shipped, or ``path`` over the shipped mappings) and where it came from."""
     shipped, _ = _read(None)
+    mappings = {**shipped["dimensions"], **shipped.get("optional", {})}
     data, origin = _read(Path(path) if path is not None else None)
+    if path is None:
+        data = {"dimensions": shipped["dimensions"]}
     tables = data.get("dimensions")
     extra = sorted(set(data) - {"dimensions"})
     if extra or not isinstance(tables, dict) or not tables:
@@ -165,9 +170,7 @@ def load_weights(path: str | Path | None = None) -> tuple[dict[str, Dimension], 
         if name in tables:
             if not isinstance(tables[name], dict):
                 raise UserError(f"weights file {origin}: dimensions.{name} must be a table")
-            dims[name] = _dimension(
-                name, tables[name], shipped["dimensions"][name], f"weights file {origin}, dimension {name}"
-            )
+            dims[name] = _dimension(name, tables[name], mappings[name], f"weights file {origin}, dimension {name}")
     total = sum(d.weight for d in dims.values())
     if not math.isclose(total, WEIGHT_SUM, abs_tol=1e-6):
         raise UserError(
