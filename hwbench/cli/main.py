@@ -28,14 +28,18 @@ EXIT_INTERRUPTED = 130
 COMMANDS: dict[str, str] = {
     "list": "hwbench.cli.list",
     "run": "hwbench.cli.run",
+    "burn": "hwbench.cli.burn",
     "show": "hwbench.cli.show",
     "validate": "hwbench.cli.validate",
     "report": "hwbench.cli.report",
     "compile": "hwbench.cli.compile",
     "score": "hwbench.cli.score",
     "compare": "hwbench.cli.compare",
+    "check": "hwbench.cli.check",
+    "fleet": "hwbench.cli.fleet",
     "pp": "hwbench.cli.pp",
     "probe": "hwbench.cli.probe",
+    "tco": "hwbench.cli.tco",
 }
 #: Subcommands whose ``--help`` does not show their module's docstring (it never has).
 PLAIN_HELP = frozenset({"list", "run", "show", "validate"})

@@ -15,15 +15,22 @@ from typing import Any
 
 from hwbench import __version__
 from hwbench.decide.catalog import Catalog
-from hwbench.report import html, sections
+from hwbench.decide.tco_model import Model
+from hwbench.report import fleet, html, sections
+from hwbench.report.burn import burn_sections
 from hwbench.report.data import Run, rows
 from hwbench.report.summary import summary
+from hwbench.report.tco import tco_sections
 
 
 def build(
-    runs: list[tuple[Path, dict[str, Any]]], catalog: Catalog | None = None, title: str = "hwbench report"
+    runs: list[tuple[Path, dict[str, Any]]],
+    catalog: Catalog | None = None,
+    title: str = "hwbench report",
+    tco: Model | None = None,
 ) -> str:
-    """The report page for ``runs`` (path and loaded document of each results file)."""
+    """The report page for ``runs`` (path and loaded document of each results file); with a cost
+    model ``tco``, its section too."""
     catalog = catalog or Catalog.load()
     loaded = [Run(Path(path), doc) for path, doc in runs]
     found = rows(loaded)
@@ -41,5 +48,8 @@ def build(
         "allreduce": sections.allreduce(found, loaded),
         "parity": sections.parity(found),
         "compile": sections.compile_section(loaded),
+        **burn_sections(loaded),
+        **fleet.section(loaded),
+        **tco_sections(tco, loaded, catalog),
     }
     return html.page(title, subtitle, body)

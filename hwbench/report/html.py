@@ -43,6 +43,9 @@ SECTIONS = (
     ("allreduce", "AllReduce"),
     ("parity", "Parity"),
     ("compile", "Compile"),
+    ("burn", "Burn"),
+    ("fleet", "Fleet"),
+    ("tco", "TCO"),
 )
 
 
