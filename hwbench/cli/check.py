@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import to_stdout
+from hwbench.cli.options import check_out, print_document
 from hwbench.decide.acceptance import FAIL, MISSING, PASS, judge
 from hwbench.decide.floors import Floors
 from hwbench.results.checked import load_checked
-from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
 
 HELP = "accept or reject a node: its results against floors (GEMM, stream, AllReduce, burn, health)"
@@ -119,16 +117,9 @@ def render(doc: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Judge the files; 0 when every check passes, 1 on any FAIL or MISSING, 2 on bad input."""
-    if args.out and not to_stdout(args.out):
-        check_new(args.out)
+    check_out(args.out)
     floors = Floors.load(args.floors)
     doc = judge([load_checked(path) for path in args.files], floors, args.allow_missing)
     text = json.dumps(doc, indent=1)
-    if args.out and to_stdout(args.out):
-        print(text)
-        print(render(doc), file=sys.stderr)
-    else:
-        if args.out:
-            write_new(args.out, text + "\n", what="verdict document")
-        print(text if args.json else render(doc))
+    print_document(text, render(doc), args.out, args.json, "verdict document")
     return 0 if doc["passed"] else EXIT_REJECTED

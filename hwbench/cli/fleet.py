@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import to_stdout
+from hwbench.cli.options import check_out, print_document
 from hwbench.core.errors import UserError
 from hwbench.core.text import MAX_RESULTS_BYTES, printable, read_regular_text
 from hwbench.decide.fleet import DEFAULT_BELOW_PCT, DEFAULT_MAD_K, MIN_SPREAD_PCT, analyze, finite_rule
@@ -233,17 +233,10 @@ def main(args: argparse.Namespace) -> int:
     rule = finite_rule(args.mad_k, args.below_pct)
     if isinstance(rule, str):
         raise UserError(rule)
-    if args.out and not to_stdout(args.out):
-        results.check_new(args.out)
+    check_out(args.out)
     doc = analyze(load_all(args.paths), rule)
     text = dumps(doc) if args.out or args.json else ""  # 256 nodes: megabytes, made only when asked
-    if args.out and to_stdout(args.out):
-        print(text)
-        print(render(doc), file=sys.stderr)
-    else:
-        if args.out:
-            results.write_new(args.out, text + "\n", what="fleet document")
-        print(text if args.json else render(doc))
+    print_document(text, render(doc), args.out, args.json, "fleet document")
     if args.fail_on_outlier and doc["summary"]["found"]:
         print(f"hwbench: fleet: {len(doc['summary']['outlier_nodes'])} node(s) flagged", file=sys.stderr)
         return EXIT_OUTLIER

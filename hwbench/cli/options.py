@@ -67,3 +67,22 @@ def emit(doc: dict[str, Any], out: Path | None) -> tuple[Path | None, TextIO]:
         print(results.dumps(doc), end="", flush=True)
         return None, sys.stderr
     return results.save(doc, out, next_free=True), sys.stdout
+
+
+def check_out(out: Path | None) -> None:
+    """Refuse, before any work, an ``-o`` file that already exists (``-`` and none pass)."""
+    if out is not None and not to_stdout(out):
+        results.check_new(out)
+
+
+def print_document(text: str, rendered: str, out: Path | None, as_json: bool, what: str) -> None:
+    """A decision document (score, TCO, verdict, fleet) where ``-o``/``--json`` say: with ``-o -``
+    the JSON on stdout and the tables on stderr; with ``-o FILE`` the JSON written to that new
+    file; then the tables, or the JSON with ``--json``, on stdout."""
+    if out is not None and to_stdout(out):
+        print(text)
+        print(rendered, file=sys.stderr)
+        return
+    if out is not None:
+        results.write_new(out, text + "\n", what=what)
+    print(text if as_json else rendered)

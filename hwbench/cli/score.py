@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import to_stdout
+from hwbench.cli.options import check_out, print_document
 from hwbench.core.errors import UserError
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
@@ -28,7 +27,6 @@ from hwbench.decide.score import CostBasis, score_platforms
 from hwbench.decide.tco import score_cost
 from hwbench.decide.tco_model import load_model
 from hwbench.decide.weights import load_weights
-from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
 
 HELP = "rank platforms with a weighted matrix (compute density, network, storage, startup, recovery)"
@@ -129,8 +127,7 @@ def _cost_basis(text: str, catalog: Catalog) -> CostBasis | None:
 
 def main(args: argparse.Namespace) -> int:
     """Score the platforms; 0 on success, 2 on bad input (an existing --out among it)."""
-    if args.out and not to_stdout(args.out):
-        check_new(args.out)
+    check_out(args.out)
     dims, origin = load_weights(args.weights)
     catalog = Catalog.load(args.catalog)
     cost = _cost_basis(args.cost, catalog)
@@ -141,11 +138,5 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
     doc = score_platforms(platforms, dims, catalog, origin, cost)
     text = json.dumps(doc, indent=1)
-    if args.out and to_stdout(args.out):
-        print(text)
-        print(render(doc), file=sys.stderr)
-        return 0
-    if args.out:
-        write_new(args.out, text + "\n", what="score document")
-    print(text if args.json else render(doc))
+    print_document(text, render(doc), args.out, args.json, "score document")
     return 0

@@ -21,13 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import to_stdout
+from hwbench.cli.options import check_out, print_document
 from hwbench.core.text import MAX_RESULTS_BYTES, check_regular
 from hwbench.decide.catalog import Catalog
-from hwbench.decide.tco import device_matcher, money, tco_document
+from hwbench.decide.tco import device_matcher, money, tco_document, year_table
 from hwbench.decide.tco_model import load_model
 from hwbench.results.checked import load_checked
-from hwbench.results.files import check_new, write_new
 from hwbench.results.tables import table
 
 HELP = "cost of owning against renting per platform and year, break-even utilization, cost per PFLOP-hour"
@@ -97,32 +96,10 @@ def render(doc: dict[str, Any]) -> str:
         f" ({rate['per_usd']:g} {cur} per USD, as of {rate['as_of']}; {rate['source']})" if rate else ""
     )
     blocks = [f"{header}; {doc['years']['value']} years of {doc['hours_per_year']:g} hours"]
-    headers = (
-        "utilization",
-        "year",
-        f"owning ({cur}, cum.)",
-        f"renting ({cur}, cum.)",
-        "cheaper",
-        "break-even",
-        f"owning per PFLOP-h ({cur})",
-        f"renting per PFLOP-h ({cur})",
-    )
     for platform in doc["platforms"]:
-        rows = [
-            (
-                f"{scenario['utilization']:.0%}",
-                str(row["year"]),
-                money(row["owning_cumulative"]),
-                money(row["renting_cumulative"]),
-                row["cheaper"] or "–",
-                row["break_even"]["text"],
-                money(row["owning_per_pflop_hour"]),
-                money(row["renting_per_pflop_hour"]),
-            )
-            for scenario in platform["scenarios"]
-            for row in scenario["years"]
-        ]
-        blocks.append("\n".join([*_inputs_lines(platform, cur), "", table(_right(rows, headers, 1), headers)]))
+        headers, rows = year_table(platform, cur)
+        lined = _right([tuple(r) for r in rows], tuple(headers), 1)
+        blocks.append("\n".join([*_inputs_lines(platform, cur), "", table(lined, tuple(headers))]))
     blocks.append(
         "owning = depreciation (straight line, no residual) + electricity (x PUE) + staff; renting = rent per "
         "used device-hour; per PFLOP-h: cumulative cost / PFLOP-hours delivered (measured TFLOPS x utilization)"
@@ -132,8 +109,7 @@ def render(doc: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Print the TCO tables (or JSON) and write the document where -o says; 2 on bad input."""
-    if args.out and not to_stdout(args.out):
-        check_new(args.out)
+    check_out(args.out)
     model = load_model(args.model)
     catalog = Catalog.load(args.catalog)
     for path in args.files:  # before any is read: a FIFO or /dev/zero would hang the reader
@@ -147,11 +123,5 @@ def main(args: argparse.Namespace) -> int:
             )
     doc = tco_document(model, catalog, files)
     text = json.dumps(doc, indent=1)
-    if args.out and to_stdout(args.out):
-        print(text)
-        print(render(doc), file=sys.stderr)
-        return 0
-    if args.out:
-        write_new(args.out, text + "\n", what="TCO document")
-    print(text if args.json else render(doc))
+    print_document(text, render(doc), args.out, args.json, "TCO document")
     return 0

@@ -218,7 +218,7 @@ def _per_device(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _kind(value: Any) -> str:
+def toml_kind(value: Any) -> str:
     """What a TOML value is, in the words of the file's layout."""
     if isinstance(value, dict):
         return "a table"
@@ -244,29 +244,29 @@ def _sourced(entry: dict[str, Any]) -> bool:
 def _check_device(where: str, key: str, entry: Any) -> None:
     what = f"{where}: devices.{key}"
     if not isinstance(entry, dict):
-        raise UserError(f"{what} must be a table ([devices.{key}]), not {_kind(entry)}")
+        raise UserError(f"{what} must be a table ([devices.{key}]), not {toml_kind(entry)}")
     if not _sourced(entry):
         raise UserError(f"{what} needs source and as_of (where and when its figures come from)")
     match = entry.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m.strip() for m in match):
-        raise UserError(f'{what}.match must be an array of device names (e.g. ["H100 SXM"]), not {_kind(match)}')
+        raise UserError(f'{what}.match must be an array of device names (e.g. ["H100 SXM"]), not {toml_kind(match)}')
     peaks = entry.get("peak_tflops", {})
     if not isinstance(peaks, dict):
-        raise UserError(f"{what}.peak_tflops must be a table (e.g. {{ fp32 = 67 }}), not {_kind(peaks)}")
+        raise UserError(f"{what}.peak_tflops must be a table (e.g. {{ fp32 = 67 }}), not {toml_kind(peaks)}")
     bad = [d for d, v in peaks.items() if not _positive(v)]
     if bad:
-        raise UserError(f"{what}.peak_tflops.{bad[0]} must be a positive number, not {_kind(peaks[bad[0]])}")
+        raise UserError(f"{what}.peak_tflops.{bad[0]} must be a positive number, not {toml_kind(peaks[bad[0]])}")
     if "mem_tbps" in entry and not _positive(entry["mem_tbps"]):
-        raise UserError(f"{what}.mem_tbps must be a positive number, not {_kind(entry['mem_tbps'])}")
+        raise UserError(f"{what}.mem_tbps must be a positive number, not {toml_kind(entry['mem_tbps'])}")
 
 
 def _check_price(where: str, number: int, row: Any) -> None:
     what = f"{where}: price row {number}"
     if not isinstance(row, dict):
-        raise UserError(f"{what} must be a table ([[prices]]), not {_kind(row)}")
+        raise UserError(f"{what} must be a table ([[prices]]), not {toml_kind(row)}")
     for key in ("device", "instance", "provider", "pricing"):
         if key in row and not isinstance(row[key], str):
-            raise UserError(f"{what}: {key} must be a string, not {_kind(row[key])}")
+            raise UserError(f"{what}: {key} must be a string, not {toml_kind(row[key])}")
     if not (row.get("device") or row.get("instance")):
         raise UserError(f"{what} needs a device (catalog key) or an instance name")
     if not _sourced(row):
@@ -287,9 +287,9 @@ def check_user_catalog(data: dict[str, Any], path: Path) -> None:
         raise UserError(f"{where}: unknown table '{extra[0]}'; a catalog has [devices.KEY] and [[prices]]")
     for key in ("devices", "meta"):
         if not isinstance(data.get(key, {}), dict):
-            raise UserError(f"{where}: {key} must be a table ([{key}...]), not {_kind(data[key])}")
+            raise UserError(f"{where}: {key} must be a table ([{key}...]), not {toml_kind(data[key])}")
     if not isinstance(data.get("prices", []), list):
-        raise UserError(f"{where}: prices must be an array of tables ([[prices]]), not {_kind(data['prices'])}")
+        raise UserError(f"{where}: prices must be an array of tables ([[prices]]), not {toml_kind(data['prices'])}")
     for key, entry in data.get("devices", {}).items():
         _check_device(where, key, entry)
     for number, row in enumerate(data.get("prices", []), 1):

@@ -117,6 +117,35 @@ def money(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def year_table(platform: dict[str, Any], currency: str) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of a TCO document's platform: one row per utilization and year."""
+    headers = [
+        "utilization",
+        "year",
+        f"owning ({currency}, cum.)",
+        f"renting ({currency}, cum.)",
+        "cheaper",
+        "break-even utilization",
+        f"owning per PFLOP-h ({currency})",
+        f"renting per PFLOP-h ({currency})",
+    ]
+    rows = [
+        [
+            f"{scenario['utilization']:.0%}",
+            str(row["year"]),
+            money(row["owning_cumulative"]),
+            money(row["renting_cumulative"]),
+            row["cheaper"] or "–",
+            row["break_even"]["text"],
+            money(row["owning_per_pflop_hour"]),
+            money(row["renting_per_pflop_hour"]),
+        ]
+        for scenario in platform["scenarios"]
+        for row in scenario["years"]
+    ]
+    return headers, rows
+
+
 def device_matcher(spec: Spec, catalog: Catalog) -> Wanted:
     """Whether a record is of the platform's device: the same catalog device, or the same name."""
     key = spec.device if spec.device in catalog.devices else catalog.match(spec.device)

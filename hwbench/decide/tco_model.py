@@ -36,6 +36,7 @@ from typing import Any
 from hwbench.core.errors import UserError
 from hwbench.core.loading import tomllib
 from hwbench.core.text import MAX_SETTINGS_BYTES, read_regular_text
+from hwbench.decide.catalog import toml_kind
 
 #: Hours of a year of 365 days.
 HOURS_PER_YEAR = 8760.0
@@ -165,16 +166,6 @@ class Model:
         return "model file" if key in self.given else DEFAULTS[key].source
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, bool):
-        return "a boolean"
-    return repr(value)
-
-
 def _real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -186,14 +177,14 @@ def _checked(key: str, value: Any, where: str) -> Any:
         if kind == "date" and isinstance(value, dt.date):
             return value.isoformat()
         if not isinstance(value, str) or not value.strip():
-            raise UserError(f"{where}: {key} must be a non-empty string, not {_kind(value)}")
+            raise UserError(f"{where}: {key} must be a non-empty string, not {toml_kind(value)}")
         return value
     if kind == "count":
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise UserError(f"{where}: {key} must be a whole number of at least 1, not {_kind(value)}")
+            raise UserError(f"{where}: {key} must be a whole number of at least 1, not {toml_kind(value)}")
         return value
     if not _real(value):
-        raise UserError(f"{where}: {key} must be a finite number, not {_kind(value)}")
+        raise UserError(f"{where}: {key} must be a finite number, not {toml_kind(value)}")
     value = float(value)
     problem = {
         "money": "must not be negative" if value < 0 else "",
@@ -218,7 +209,7 @@ def _unknown(keys: Any, known: Any, where: str) -> None:
 
 def _spec(number: int, table: Any, shared: dict[str, Any], where: str) -> Spec:
     if not isinstance(table, dict):
-        raise UserError(f"{where}: platforms must be an array of tables ([[platforms]]), not {_kind(table)}")
+        raise UserError(f"{where}: platforms must be an array of tables ([[platforms]]), not {toml_kind(table)}")
     label = f"{where}, platform {number}" + (f" ('{table['name']}')" if isinstance(table.get("name"), str) else "")
     _unknown(table, PLATFORM_KEYS, label)
     given = {key: _checked(key, value, label) for key, value in table.items()}
@@ -253,7 +244,9 @@ def _rate(data: dict[str, Any], currency: str, where: str) -> Rate | None:
     _unknown(table, RATE_KEYS, f"{where}, [rate]")
     per_usd, as_of, source = table["per_usd"], table["as_of"], table.get("source", "model file")
     if not _real(per_usd) or per_usd <= 0:
-        raise UserError(f"{where}: rate.per_usd must be a positive number ({currency} per USD), not {_kind(per_usd)}")
+        raise UserError(
+            f"{where}: rate.per_usd must be a positive number ({currency} per USD), not {toml_kind(per_usd)}"
+        )
     as_of = as_of.isoformat() if isinstance(as_of, dt.date) else as_of
     if not isinstance(as_of, str) or not as_of.strip() or not isinstance(source, str) or not source.strip():
         raise UserError(f"{where}: rate.as_of and rate.source must be non-empty strings (when and where it is quoted)")
@@ -263,7 +256,9 @@ def _rate(data: dict[str, Any], currency: str, where: str) -> Rate | None:
 def _utilizations(value: Any, where: str) -> tuple[float, ...]:
     items = value if isinstance(value, list) else [value]
     if not items or not all(_real(u) for u in items):
-        raise UserError(f"{where}: utilization must be a number or an array of numbers in (0, 1], not {_kind(value)}")
+        raise UserError(
+            f"{where}: utilization must be a number or an array of numbers in (0, 1], not {toml_kind(value)}"
+        )
     bad = [u for u in items if not 0 < u <= 1]
     if bad:
         raise UserError(f"{where}: utilization must lie in (0, 1] (0.35 is 35 % of the hours), got {bad[0]:g}")
@@ -276,15 +271,17 @@ def model_from(data: dict[str, Any], path: Path) -> Model:
     _unknown(data, (*TOP_KEYS, *(k for k in PLATFORM_KEYS if k != "name")), where)
     currency = data.get("currency", DEFAULTS["currency"].value)
     if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):
-        raise UserError(f'{where}: currency must be a three-letter code such as "USD" or "CNY", not {_kind(currency)}')
+        raise UserError(
+            f'{where}: currency must be a three-letter code such as "USD" or "CNY", not {toml_kind(currency)}'
+        )
     rate = _rate(data, currency, where)
     years = data.get("years", DEFAULTS["years"].value)
     if not isinstance(years, int) or isinstance(years, bool) or years < 1:
-        raise UserError(f"{where}: years must be a whole number of at least 1, not {_kind(years)}")
+        raise UserError(f"{where}: years must be a whole number of at least 1, not {toml_kind(years)}")
     utilizations = _utilizations(data.get("utilization", list(DEFAULTS["utilization"].value)), where)
     title = data.get("title", path.stem)
     if not isinstance(title, str):
-        raise UserError(f"{where}: title must be a string, not {_kind(title)}")
+        raise UserError(f"{where}: title must be a string, not {toml_kind(title)}")
     shared = {k: _checked(k, v, where) for k, v in data.items() if k in PLATFORM_KEYS}
     tables = data.get("platforms")
     if not isinstance(tables, list) or not tables:

@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from hwbench.decide.catalog import Catalog
-from hwbench.decide.tco import money, tco_document
+from hwbench.decide.tco import money, tco_document, year_table
 from hwbench.decide.tco_model import Model
 from hwbench.report.data import Run
 from hwbench.report.html import note, pair, table
@@ -60,30 +60,7 @@ def chart(ident: str, platform: dict[str, Any], currency: str) -> str:
 
 
 def _numbers(platform: dict[str, Any], currency: str) -> str:
-    rows = [
-        [
-            f"{scenario['utilization']:.0%}",
-            row["year"],
-            money(row["owning_cumulative"]),
-            money(row["renting_cumulative"]),
-            row["cheaper"] or "–",
-            row["break_even"]["text"],
-            money(row["owning_per_pflop_hour"]),
-            money(row["renting_per_pflop_hour"]),
-        ]
-        for scenario in platform["scenarios"]
-        for row in scenario["years"]
-    ]
-    headers = [
-        "utilization",
-        "year",
-        f"owning ({currency}, cum.)",
-        f"renting ({currency}, cum.)",
-        "cheaper",
-        "break-even utilization",
-        f"owning per PFLOP-h ({currency})",
-        f"renting per PFLOP-h ({currency})",
-    ]
+    headers, rows = year_table(platform, currency)
     return table(headers, rows, numeric=(1, 2, 3, 6, 7))
 
 
