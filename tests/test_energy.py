@@ -278,7 +278,8 @@ def test_the_pipeline_measures_energy_after_the_timed_calls() -> None:
     assert min(counter.read_at) > timed_until[0]  # the energy windows come after the timed calls
     assert energy["watts"] == pytest.approx(50.0, rel=1e-3)
     assert energy["joules_per_call"] == pytest.approx(energy["energy_j"] / energy["calls"])
-    assert energy["calls"] >= 1 and energy["window_s"] >= 0.05 and energy["windows"] >= 1
+    # a window is kept from 0.9x the minimum on: calls sized from an estimate may run a little faster
+    assert energy["calls"] >= 1 and energy["window_s"] >= 0.9 * EnergyConfig().min_window_s and energy["windows"] >= 1
     off = runner.run(
         CaseRequest("gemm", "numpy", "cpu", 0, "fp64", {"M": 8, "N": 8, "K": 8}, 0, {**timing, "energy_s": 0})
     )
