@@ -38,6 +38,8 @@ from hwbench.collective.topology import TOKEN_ENV
 POLL_S = 0.02
 #: Seconds a launcher waits past a rank's own timeout before killing the ranks itself.
 GRACE_S = 10.0
+#: Seconds a launch keeps removing what a rank still exiting writes into its shared-memory folders.
+SWEEP_S = 2.0
 
 OnEvent = Callable[[dict[str, Any]], None]
 
@@ -335,8 +337,17 @@ class Launch:
                 pass
 
     def _sweep(self) -> None:
-        for leftover in SHM_DIR.glob(f"{PREFIX}-{self.token}-*"):
-            remove(leftover)
+        """Remove this launch's segments and folder. A rank that is still exiting may write into
+        Open MPI's shared-memory folder while it is removed (the removal then leaves it behind,
+        not empty), so what is left is removed again once the ranks are gone, for a bounded time."""
+        deadline = time.monotonic() + SWEEP_S
+        while True:
+            left = list(SHM_DIR.glob(f"{PREFIX}-{self.token}-*"))
+            for leftover in left:
+                remove(leftover)
+            if not any(os.path.lexists(p) for p in left) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         remove(self.dir)
 
 
