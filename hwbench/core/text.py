@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from hwbench.core.errors import UserError
@@ -110,3 +111,17 @@ def printable(text: object) -> str:
     """``text`` as a string a terminal shows as it is: control characters (an ANSI escape's ESC
     among them), line breaks and bidirectional marks become ``repr``-style escapes."""
     return _UNSAFE.sub(_escape, str(text))
+
+
+def aligned(rows: Iterable[Sequence[str]], headers: Sequence[str], right: Collection[str]) -> str:
+    """Rows under headers and a rule, columns padded to their widest cell, those whose header is in
+    ``right`` right-aligned (numbers), every cell made printable."""
+    cells = [tuple(printable(c) for c in r) for r in (headers, *rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, r in enumerate(cells):
+        line = [c.rjust(w) if h in right else c.ljust(w) for h, c, w in zip(headers, r, widths, strict=False)]
+        lines.append("  ".join(line).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import Kernel, get_kernel
-from hwbench.core.text import printable
+from hwbench.core.text import aligned, printable
 from hwbench.results.nccl import BUSBW_NOTE, is_collective, nccl_tables
 from hwbench.run.case import CaseRequest
 from hwbench.sensors.health import health_lines
@@ -124,20 +124,13 @@ def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
     )
 
 
+#: Columns of the run table aligned right.
+NUMBER_COLUMNS = frozenset({"median", "TFLOPS", "GB/s", "% peak", "vs native"})
+
+
 def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> str:
     """Rows aligned under headers (numbers right-aligned), every cell made printable."""
-    rows = [tuple(printable(c) for c in r) for r in (headers, *rows)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
-    right = {"median", "TFLOPS", "GB/s", "% peak", "vs native"}
-    lines = []
-    for n, r in enumerate(rows):
-        cells = [
-            c.rjust(w) if headers[i] in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows, headers, NUMBER_COLUMNS)
 
 
 def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl") -> str:
