@@ -32,7 +32,7 @@ from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
 
 #: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only.
-CPU_LLVM_DTYPES = ("fp32", "fp64")
+CPU_LLVM_DTYPES = ("fp32", "fp64", "int8")
 
 
 class HostCall(Prepared):
@@ -48,7 +48,10 @@ class HostCall(Prepared):
 
     def result(self) -> np.ndarray:
         value = self._last
-        return value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else np.asarray(value)
+        if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+            # NumPy has no bf16: such a tensor is widened (exactly) to float32 first.
+            return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+        return np.asarray(value)
 
 
 class HostKernel(Prepared):

@@ -30,6 +30,7 @@ from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildE
 from hwbench.backends.opencl_icd import ensure_icd_vendors, intel_note
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
+from hwbench.core.dtypes import is_integer
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape, get_kernel
 from hwbench.core.loading import load_callable
@@ -188,6 +189,8 @@ class OpenCLBackend(Backend):
     def _spirv_support(self, kernel: str, dtype: str, device: DeviceInfo) -> Availability:
         if dtype == "bf16":
             return Availability(False, "OpenCL buffers here take no bf16 (NumPy has no bf16 dtype to fill them)")
+        if is_integer(dtype):
+            return Availability(False, f"no {dtype} work-group kernel (CPU only)")
         if not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
         source = get_kernel(kernel).source_module("llvmlite")

@@ -27,7 +27,7 @@ import numpy as np
 
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
-from hwbench.core.dtypes import torch_dtype
+from hwbench.core.dtypes import is_integer, torch_dtype
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
@@ -278,7 +278,7 @@ class TorchGPUBackend(Backend):
         if impl.language == "llvmlite":
             if not present("llvmlite"):
                 return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
-            why = self.loader_missing()
+            why = self.loader_missing() or (f"no {dtype} work-group kernel (CPU only)" if is_integer(dtype) else "")
             if why:
                 return Availability(False, why)
         return super().supports(impl, dtype, device)

@@ -29,7 +29,7 @@ def runner() -> CaseRunner:
 @pytest.mark.parametrize("kernel", ["gemm", "attention"])
 def test_every_cpu_implementation_passes_parity_on_odd_shapes(runner: CaseRunner, kernel: str, dtype: str) -> None:
     cpu = get_backend("cpu")
-    impls = [i.name for i in cpu.implementations(kernel)]
+    impls = [i.name for i in cpu.implementations(kernel) if dtype in i.dtypes]
     assert "llvm" in impls and len(impls) == 2
     for shape in ODD_SHAPES[kernel]:
         for impl in impls:

@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a shape of your own (see below); repeatable",
     )
     what.add_argument(
-        "--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16 (default: what each backend runs)"
+        "--dtype", default=None, help="comma list: fp32,fp64,tf32,fp16,bf16,int8 (default: what each backend runs)"
     )
     what.add_argument(
         "--device",

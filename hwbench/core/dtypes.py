@@ -33,6 +33,13 @@ class DType:
     unit_roundoff: float
     #: Dtype in which a kernel of this dtype is expected to accumulate.
     accumulator: str
+    #: NumPy dtype of a kernel's output where it is not ``host`` (int8 GEMM writes int32).
+    output: str = ""
+
+    @property
+    def integer(self) -> bool:
+        """Whether arithmetic in this type is on integers (its operations are counted as OPS, not FLOPS)."""
+        return np.dtype(self.host).kind in "iu"
 
 
 TABLE: dict[str, DType] = {
@@ -43,6 +50,9 @@ TABLE: dict[str, DType] = {
         DType("tf32", 4, "float32", "float32", "float32", "float", "fp32", 2.0**-11, "fp32"),
         DType("fp16", 2, "float16", "float16", "float16", "half", "fp16", 2.0**-11, "fp32"),
         DType("bf16", 2, "float32", None, "bfloat16", "bfloat", "bf16", 2.0**-8, "fp32"),
+        # Integers: exact arithmetic (no roundoff); int8 products are summed in int32.
+        DType("int8", 1, "int8", "int8", "int8", "i8", "int8", 0.0, "int32", output="int32"),
+        DType("int32", 4, "int32", "int32", "int32", "i32", "int32", 0.0, "int32"),
     )
 }
 
@@ -64,6 +74,17 @@ def dtype(name: str) -> DType:
 def storage_dtype(name: str) -> np.dtype[Any]:
     """NumPy dtype that holds inputs of ``name`` on the host (bf16 and tf32 widen to float32)."""
     return np.dtype(dtype(name).host)
+
+
+def output_dtype(name: str) -> np.dtype[Any]:
+    """NumPy dtype of a kernel's output for inputs of ``name`` (int8 -> int32, else the host dtype)."""
+    found = dtype(name)
+    return np.dtype(found.output or found.host)
+
+
+def is_integer(name: str) -> bool:
+    """Whether ``name`` is an integer type (its throughput is read as TOPS)."""
+    return name in TABLE and TABLE[name].integer
 
 
 def device_numpy(name: str) -> np.dtype[Any]:
@@ -90,6 +111,10 @@ def round_to_dtype(x: np.ndarray, name: str) -> np.ndarray:
     """Round a float64 array to the values representable in ``name`` (returned as float64)."""
     if name == "fp64":
         return x
+    if is_integer(name):
+        info = np.iinfo(storage_dtype(name))
+        clipped: np.ndarray = np.clip(np.rint(x), float(info.min), float(info.max))
+        return clipped.astype(np.float64)
     if name in ("fp32", "fp16"):
         return x.astype(storage_dtype(name)).astype(np.float64)
     # bf16 and tf32: truncate float32 significands to 7 or 10 bits, rounding to nearest even.

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
+from hwbench.core.dtypes import is_integer
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import Kernel, get_kernel
 from hwbench.core.text import aligned, printable
@@ -116,7 +117,7 @@ def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
         _shape(record["shape"], record["kernel"]),
         record["status"],
         seconds(t.get("median_s")) + ("~" if _noisy(record) else ""),
-        _num(m.get("tflops"), ".4g"),
+        _rate(m.get("tflops"), record.get("dtype")),
         _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
         _num(m["pct_bw_peak"] if "pct_bw_peak" in m else m.get("pct_peak"), ".1f"),
         speed(ratio),
@@ -126,6 +127,12 @@ def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
 
 #: Columns of the run table aligned right.
 NUMBER_COLUMNS = frozenset({"median", "TFLOPS", "GB/s", "% peak", "vs native"})
+
+
+def _rate(value: Any, dtype: str | None) -> str:
+    """The TFLOPS cell: integer dtypes' figures are operations, labelled TOPS."""
+    text = _num(value, ".4g")
+    return f"{text} TOPS" if text != "-" and dtype and is_integer(dtype) else text
 
 
 def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.core.dtypes import device_numpy
+from hwbench.core.dtypes import device_numpy, torch_dtype
 from hwbench.core.host import blas_label, package_version
 from hwbench.core.kernel import Shape
 from hwbench.kernels.cupy_compat import cupy_stream
@@ -86,3 +86,38 @@ def cupy_matmul(tensors: Mapping[str, Any], out: Any, shape: Shape, dtype: str) 
         return out
 
     return call, {"library": f"cupy {cupy.__version__} (cuBLAS)"}
+
+
+def _host_tensors(inputs: Mapping[str, np.ndarray], dtype: str) -> tuple[Any, Any]:
+    """A and B as CPU tensors of ``dtype`` (bf16 rounded from their float32 storage: exact, the
+    values are bf16's)."""
+    import torch
+
+    kind = torch_dtype(dtype)
+    return tuple(torch.from_numpy(np.ascontiguousarray(inputs[n])).to(kind) for n in ("A", "B"))  # type: ignore[return-value]
+
+
+def torch_library() -> str:
+    """The CPU library torch's low-precision matmuls run on (oneDNN where torch was built with it)."""
+    import torch
+
+    onednn = torch.backends.mkldnn.is_available()
+    return f"torch {torch.__version__} ({'oneDNN' if onednn else 'ATen'})"
+
+
+def torch_int_mm(inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) -> Call:
+    """cpu: ``torch._int_mm(A, B)``, int8 x int8 summed in int32 (into a preallocated C)."""
+    import torch
+
+    a, b = _host_tensors(inputs, dtype)
+    out = torch.empty((shape["M"], shape["N"]), dtype=torch.int32)
+    return (lambda: torch._int_mm(a, b, out=out)), {"library": torch_library(), "call": "torch._int_mm"}
+
+
+def torch_matmul_cpu(inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) -> Call:
+    """cpu: ``torch.matmul(A, B, out=C)`` on bf16 tensors (C in bf16, as a user's call returns it)."""
+    import torch
+
+    a, b = _host_tensors(inputs, dtype)
+    out = torch.empty((shape["M"], shape["N"]), dtype=a.dtype)
+    return (lambda: torch.matmul(a, b, out=out)), {"library": torch_library(), "call": "torch.matmul"}

@@ -1,4 +1,4 @@
-"""GEMM: C = A @ B with A (M, K) and B (K, N); 2*M*N*K flops."""
+"""GEMM: C = A @ B with A (M, K) and B (K, N); 2*M*N*K flops (operations, for int8)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator
+from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator, is_integer, output_dtype, storage_dtype
 from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
 
 TORCH_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp64")
+TORCH_MISSING = "torch is not installed (pip install torch)"
 PYCLBLAST_MISSING = (
     "pyclblast is not installed (pip install 'hwbench[clblast]'; "
     "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)"
@@ -21,7 +22,8 @@ def _mnk(m: int, n: int, k: int) -> dict[str, int]:
 
 
 class GEMM(Kernel):
-    """Dense matrix multiply; inputs uniform in [-1, 1) so |C| grows like sqrt(K)."""
+    """Dense matrix multiply; float inputs uniform in [-1, 1) so |C| grows like sqrt(K); int8
+    inputs uniform integers in [-128, 127], summed exactly in int32 (C is int32)."""
 
     name = "gemm"
     description = "C = A @ B, A: M x K, B: K x N, row-major"
@@ -30,7 +32,7 @@ class GEMM(Kernel):
         ShapeParam("N", "columns of B and C", aliases=("n",)),
         ShapeParam("K", "columns of A, rows of B", aliases=("k",)),
     )
-    dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16")
+    dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16", "int8")
     profiles = {
         "quick": (_mnk(1024, 1024, 1024), _mnk(333, 517, 259)),
         "standard": (
@@ -70,14 +72,31 @@ class GEMM(Kernel):
             "llvm",
             "llvmlite",
             "llvm",
-            ("fp32", "fp64", "fp16", "bf16"),
-            "llvmlite IR: packed-panel SIMD kernel on the CPU (fp32, fp64), work-group kernel on SIMT targets",
+            ("fp32", "fp64", "fp16", "bf16", "int8"),
+            "llvmlite IR: packed-panel SIMD kernel on the CPU (fp32, fp64; int8 on VNNI dot products "
+            "or widening multiply-adds), work-group kernel on SIMT targets",
         ),
     )
     natives = {
         "cpu": (
             Native(
                 "numpy", "numpy", "NumPy matmul on its BLAS (OpenBLAS or MKL)", ("fp32", "fp64"), "natives:numpy_matmul"
+            ),
+            Native(
+                "torch_int_mm",
+                "onednn",
+                "torch._int_mm (int8 x int8 -> int32) on the CPU",
+                ("int8",),
+                "natives:torch_int_mm",
+                {"torch": TORCH_MISSING},
+            ),
+            Native(
+                "torch_matmul",
+                "torch",
+                "torch.matmul in bf16 on the CPU (oneDNN / MKL)",
+                ("bf16",),
+                "natives:torch_matmul_cpu",
+                {"torch": TORCH_MISSING},
             ),
         ),
         "opencl": (
@@ -124,10 +143,13 @@ class GEMM(Kernel):
 
     def bytes_moved(self, shape: Shape, dtype: str) -> float:
         m, n, k = shape["M"], shape["N"], shape["K"]
-        return float(DTYPE_BYTES[dtype] * (m * k + k * n + m * n))
+        out_bytes = output_dtype(dtype).itemsize if is_integer(dtype) else DTYPE_BYTES[dtype]
+        return float(DTYPE_BYTES[dtype] * (m * k + k * n) + out_bytes * m * n)
 
     def make_inputs(self, shape: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
         m, n, k = shape["M"], shape["N"], shape["K"]
+        if is_integer(dtype):
+            return {"A": _integers((m, k), dtype, seed, 1), "B": _integers((k, n), dtype, seed, 2)}
         return {"A": seeded_uniform((m, k), dtype, seed, 1), "B": seeded_uniform((k, n), dtype, seed, 2)}
 
     def reference(self, inputs: Mapping[str, np.ndarray], shape: Shape) -> np.ndarray:
@@ -137,9 +159,22 @@ class GEMM(Kernel):
         # Summation error grows at worst like K * u in the accumulator; rounding the
         # result to a narrow dtype adds u(dtype) relative, and tf32 rounds the inputs too.
         k = shape["K"]
+        if is_integer(dtype):
+            # int8 products summed in int32 are exact: no sum can leave int32 below K = 2**17
+            # (K * 128 * 128 < 2**31), and the inputs' random signs keep |C| far smaller.
+            return Tolerance(atol=0.0, rtol=0.0, exact=True)
         u_acc, u_out = UNIT_ROUNDOFF[accumulator(dtype)], UNIT_ROUNDOFF[dtype]
         atol = 2.0 * k * u_acc + 4.0 * sqrt_int(k) * u_out
         return Tolerance(atol=atol, rtol=4.0 * u_out)
+
+
+def _integers(dims: tuple[int, int], dtype: str, seed: int, salt: int) -> np.ndarray:
+    """Uniform integers over the whole range of ``dtype`` (the float64 reference of their GEMM is exact)."""
+    info = np.iinfo(storage_dtype(dtype))
+    rng = np.random.default_rng([seed, salt])
+    return np.ascontiguousarray(
+        rng.integers(info.min, info.max, size=dims, endpoint=True, dtype=np.int64).astype(info.dtype)
+    )
 
 
 KERNEL = GEMM()

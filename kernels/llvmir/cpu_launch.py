@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from hwbench.core.dtypes import storage_dtype
+from hwbench.core.dtypes import output_dtype, storage_dtype
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.kernels.llvmir.jit import CompiledModule, get_or_compile
 from hwbench.kernels.llvmir.target import CPUTarget, LLVMTarget, host_target
@@ -190,7 +190,7 @@ def prepare(
     for name in plan.buffers():
         if name != OUTPUT and inputs[name].dtype != host:
             raise ValueError(f"input {name} is {inputs[name].dtype}, not the {host} that {dtype} is held in")
-    out = np.zeros(plan.output, dtype=host)
+    out = np.zeros(plan.output, dtype=output_dtype(dtype))
     args: list[Any] = []
     types: list[Any] = []
     for arg in plan.args:

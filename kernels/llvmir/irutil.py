@@ -73,6 +73,11 @@ def intrinsic_suffix(ty: ir.Type) -> str:
     return {"float": "f32", "double": "f64"}.get(str(ty), str(ty))
 
 
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+    """The declaration of intrinsic ``name`` in ``module`` (declared on first use)."""
+    return _intrinsic(module, name, ret, args)
+
+
 def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """``a * b + c`` with a single rounding (``llvm.fma``)."""
     fn = _intrinsic(builder.module, f"llvm.fma.{intrinsic_suffix(a.type)}", a.type, [a.type] * 3)
@@ -119,7 +124,9 @@ def store_vec(
 
 
 def elem_size(ty: ir.Type) -> int:
-    """Byte size of a float scalar type."""
+    """Byte size of a float or integer scalar type."""
+    if isinstance(ty, ir.IntType):
+        return max(1, ty.width // 8)
     return {"float": 4, "double": 8}[str(ty)]
 
 
