@@ -31,8 +31,8 @@ from hwbench.core.host import (
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
 
-#: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only.
-CPU_LLVM_DTYPES = ("fp32", "fp64", "int8")
+#: dtypes of the llvmlite kernels' CPU (SIMD program) lowering (fp16 is SIMT-only; int8 and bf16 are GEMM's).
+CPU_LLVM_DTYPES = ("fp32", "fp64", "int8", "bf16")
 
 
 class HostCall(Prepared):

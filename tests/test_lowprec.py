@@ -19,6 +19,7 @@ from hwbench.run.case import CaseRequest, CaseRunner
 from hwbench.run.parity import check
 
 llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.llvm_lowp", reason="llvmlite is not installed")
+llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.llvm_bf16", reason="llvmlite is not installed")
 target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
 
 QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}
@@ -34,11 +35,11 @@ def _shape(m: int, n: int, k: int) -> dict[str, int]:
     return {"M": m, "N": n, "K": k}
 
 
-def _widening_target() -> object:
-    """The host target with AVX-512 VNNI switched off: the portable path must take over."""
+def _widening_target(*off: str) -> object:
+    """The host target with the features ``off`` switched off: the portable path must take over."""
     host = target_mod.host_target()
-    features = ",".join(f for f in host.features.split(",") if f[1:] not in ("avx512vnni", "avxvnni"))
-    return target_mod.CPUTarget(host.cpu_name, features + ",-avx512vnni,-avxvnni")
+    features = ",".join(f for f in host.features.split(",") if f[1:] not in off)
+    return target_mod.CPUTarget(host.cpu_name, features + "".join(f",-{f}" for f in off))
 
 
 def _exact(shape: dict[str, int], target: object | None = None, blocks: dict[str, int] | None = None) -> dict:
@@ -87,14 +88,15 @@ def test_int8_vnni_path_emits_vpdpbusd() -> None:
 
 @pytest.mark.parametrize("shape", ODD[:3], ids=lambda s: f"{s['M']}x{s['N']}x{s['K']}")
 def test_int8_widening_fallback_is_exact(shape: dict[str, int]) -> None:
-    target = _widening_target()
+    target = _widening_target("avx512vnni", "avxvnni")
     assert llvm_lowp.path(target) == "widening"
     assert _exact(shape, target=target)["path"] == "widening"
 
 
-def test_int8_llvm_is_offered_only_on_the_cpu() -> None:
+def test_low_precision_is_offered_on_the_cpu() -> None:
     impls = {i.name: i for i in get_backend("cpu").implementations("gemm")}
-    assert "int8" in impls["llvm"].dtypes and "int8" in impls["torch_int_mm"].dtypes
+    assert {"int8", "bf16"} <= set(impls["llvm"].dtypes) and "int8" in impls["torch_int_mm"].dtypes
+    assert "bf16" in impls["torch_matmul"].dtypes and "int8" not in impls["numpy"].dtypes
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,9 @@ def runner() -> CaseRunner:
     return CaseRunner()
 
 
-@pytest.mark.parametrize(("impl", "dtype"), [("llvm", "int8"), ("torch_int_mm", "int8"), ("torch_matmul", "bf16")])
+@pytest.mark.parametrize(
+    ("impl", "dtype"), [("llvm", "int8"), ("torch_int_mm", "int8"), ("torch_matmul", "bf16"), ("llvm", "bf16")]
+)
 def test_cpu_cases_pass_parity(runner: CaseRunner, impl: str, dtype: str) -> None:
     for shape in ODD[1:]:
         record = runner.run(CaseRequest("gemm", impl, "cpu", 0, dtype, shape, seed=5, timing=QUICK))
@@ -115,10 +119,47 @@ def test_cpu_cases_pass_parity(runner: CaseRunner, impl: str, dtype: str) -> Non
             assert record["parity"]["exact"] and record["parity"]["max_abs_err"] == 0
             assert shown == "0.5 TOPS"
         else:
-            assert 0 < record["parity"]["max_abs_err"] <= record["parity"]["atol"]
+            assert record["parity"]["max_abs_err"] <= record["parity"]["atol"] and not record["parity"]["exact"]
             assert shown == "0.5"
         if impl != "llvm":
             assert "torch" in record["config"]["library"]
+
+
+def _bf16(shape: dict[str, int], target: object | None = None, blocks: dict[str, int] | None = None) -> dict:
+    inputs = GEMM.make_inputs(shape, "bf16", seed=7)
+    kernel = llvm_bf16.prepare_cpu(inputs, shape, threads=2, blocks=blocks, target=target)
+    kernel.run()
+    ref = GEMM.reference(inputs, shape)
+    assert kernel.output.dtype == np.float32
+    assert check(kernel.output, ref, GEMM.tolerance("bf16", shape)).passed
+    # bf16 products are exact in fp32 and summed in fp32: as close as an fp32 GEMM must be.
+    assert check(kernel.output, ref, GEMM.tolerance("fp32", shape)).passed, shape
+    return kernel.config
+
+
+@pytest.mark.parametrize("shape", ODD, ids=lambda s: f"{s['M']}x{s['N']}x{s['K']}")
+def test_bf16_llvm_gemm_within_fp32_accumulation_bound(shape: dict[str, int]) -> None:
+    config = _bf16(shape)
+    assert config["path"] == llvm_bf16.path(target_mod.host_target()) and config["k_group"] == 2
+
+
+def test_bf16_across_k_slices_and_widening_fallback() -> None:
+    _bf16(_shape(45, 77, 203), blocks={"mc": 28, "nc": 32, "kc": 24})
+    target = _widening_target("avx512bf16")
+    assert llvm_bf16.path(target) == "widening"
+    for shape in ODD[:3]:
+        assert _bf16(shape, target=target)["path"] == "widening"
+
+
+def test_bf16_path_emits_vdpbf16ps() -> None:
+    host = target_mod.host_target()
+    if llvm_bf16.path(host) != "bf16dp":
+        pytest.skip("this CPU has no AVX-512 BF16: the widening path runs (tested above)")
+    import llvmlite.binding as llvm
+
+    module = llvm.parse_assembly(str(llvm_bf16.build(host, "bf16")))
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu_name, features=host.features)
+    assert "vdpbf16ps" in tm.emit_assembly(module)
 
 
 def test_bf16_tolerance_holds_for_bf16_rounding_and_refuses_fp16_error() -> None:

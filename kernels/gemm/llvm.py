@@ -21,7 +21,7 @@ from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
-from hwbench.kernels.gemm import llvm_lowp, simt
+from hwbench.kernels.gemm import llvm_bf16, llvm_lowp, simt
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
 from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
@@ -148,6 +148,8 @@ def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) 
         return simt.build(target, dtype, config or simt_config(target, dtype))
     if dtype in llvm_lowp.DTYPES:
         return llvm_lowp.build(target, dtype)
+    if dtype in llvm_bf16.DTYPES:
+        return llvm_bf16.build(target, dtype)
     if not isinstance(target, CPUTarget):
         raise TypeError(f"no GEMM lowering for {type(target).__name__}")
     t = scalar_type(dtype)
@@ -253,6 +255,8 @@ def launch(
         return simt.launch(shape, dtype, target, config or simt_config(target, dtype))
     if dtype in llvm_lowp.DTYPES:
         return llvm_lowp.launch(shape, dtype, target, workers, blocks)
+    if dtype in llvm_bf16.DTYPES:
+        return llvm_bf16.launch(shape, dtype, target, workers, blocks)
     if not isinstance(target, CPUTarget):
         raise TypeError(f"no GEMM lowering for {type(target).__name__}")
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])

@@ -134,13 +134,16 @@ def _emit_micro(module: ir.Module, kind: str, vw: int) -> ir.Function:
     return fn
 
 
-def _interleave(b: ir.IRBuilder, rows: list[ir.Value], width: int) -> ir.Value:
-    """Four ``<width x i8>`` rows as ``<4*width x i8>`` with column j's 4 bytes at ``4j..4j+3``."""
+def interleave(b: ir.IRBuilder, rows: list[ir.Value], width: int) -> ir.Value:
+    """Two or four ``<width x T>`` rows as one vector with column j's elements side by side
+    (at ``len(rows)*j ...``): the layout of a dot-product instruction's packed operand."""
+    group = len(rows)
     pair = ir.Constant(ir.VectorType(I32, 2 * width), list(range(2 * width)))  # a shuffle mask
-    lo = b.shuffle_vector(rows[0], rows[1], pair)
-    hi = b.shuffle_vector(rows[2], rows[3], pair)
-    order = [t * width + j for j in range(width) for t in range(GROUP)]
-    return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, GROUP * width), order))
+    pairs = [b.shuffle_vector(rows[t], rows[t + 1], pair) for t in range(0, group, 2)]
+    order = [t * width + j for j in range(width) for t in range(group)]
+    if group == 2:
+        return b.shuffle_vector(pairs[0], pairs[0], ir.Constant(ir.VectorType(I32, 2 * width), order))
+    return b.shuffle_vector(pairs[0], pairs[1], ir.Constant(ir.VectorType(I32, group * width), order))
 
 
 def _emit_pack_b(
@@ -164,7 +167,7 @@ def _emit_pack_b(
                 valid = b.select(b.icmp_signed("<", k, kc), left, i64(0))
                 at = elem_ptr(b, src, I8, b.add(b.mul(imin(b, k, b.sub(kc, i64(1))), ldb), col))
                 rows.append(masked_load(b, at, row_ty, lane_mask(b, nr, 0, valid)))
-            packed = _interleave(b, rows, nr)
+            packed = interleave(b, rows, nr)
             store_vec(b, packed, dst, b.add(panel, b.mul(g, i64(GROUP * nr))), align=GROUP * vw)
             total = sums[0]
             for row in rows:

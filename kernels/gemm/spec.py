@@ -73,8 +73,8 @@ class GEMM(Kernel):
             "llvmlite",
             "llvm",
             ("fp32", "fp64", "fp16", "bf16", "int8"),
-            "llvmlite IR: packed-panel SIMD kernel on the CPU (fp32, fp64; int8 on VNNI dot products "
-            "or widening multiply-adds), work-group kernel on SIMT targets",
+            "llvmlite IR: packed-panel SIMD kernel on the CPU (fp32, fp64; int8 and bf16 on the CPU's dot "
+            "products, vpdpbusd / vdpbf16ps, or widening multiply-adds), work-group kernel on SIMT targets",
         ),
     )
     natives = {

@@ -1,0 +1,282 @@
+"""bf16 GEMM ``C = A @ B`` (bf16 inputs held in float32, fp32 sums and output) on the host CPU.
+
+The structure is :mod:`.llvm_lowp`'s with K grouped by 2: packing rounds A and B to bf16
+(exact for inputs that are bf16 values, as the spec draws them) and lays a B panel out as,
+per pair of k, each column's two bf16 side by side (one i32 lane), an A panel as each row's
+pair (one i32 the microkernel broadcasts). K past the slice is zero in B.
+
+Two paths compute ``acc += a0 b0 + a1 b1`` per fp32 lane, chosen by the target's features:
+
+* ``bf16dp``: ``vdpbf16ps`` (``llvm.x86.avx512bf16.dpbf16ps.512``);
+* ``widening``: each bf16 of a pair widened to fp32 (a shift or a mask: bf16 is fp32's upper
+  half) and two FMAs, in plain vector IR any LLVM target lowers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from hwbench.core.kernel import Shape
+from hwbench.core.launch import Launch, buffer, output
+from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.gemm.llvm_lowp import interleave
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
+from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
+from hwbench.kernels.llvmir.irutil import (
+    F32,
+    I1,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    ceil_div,
+    elem_ptr,
+    fma,
+    for_range,
+    i64,
+    imin,
+    intrinsic,
+    lane_mask,
+    load,
+    load_vec,
+    loop_carry,
+    masked_load,
+    masked_store,
+    splat,
+    store_vec,
+)
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
+
+KERNEL = "gemm"
+DTYPES = ("bf16",)
+I16 = ir.IntType(16)
+MR = 14  # 28 accumulators + 2 B vectors + 1 broadcast
+NR_VECTORS = 2
+GROUP = 2  # k values per dot product (one i32 lane holds 2 bf16)
+MAX_BLOCK = {"mc": 28 * MR, "nc": 1024, "kc": 1024}
+DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+def path(target: CPUTarget) -> str:
+    """``bf16dp`` where the target has AVX-512 BF16 on 512-bit vectors, else ``widening``."""
+    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    return "bf16dp" if "avx512bf16" in enabled and target.vector_width("fp32") == 16 else "widening"
+
+
+def _to_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """fp32 (scalar or vector) to bf16 bits (i16), rounded to nearest even."""
+    ity = ir.VectorType(I32, x.type.count) if isinstance(x.type, ir.VectorType) else I32
+    nty = ir.VectorType(I16, x.type.count) if isinstance(x.type, ir.VectorType) else I16
+
+    def const(v: int) -> ir.Value:
+        return ir.Constant(ity, [v] * ity.count) if isinstance(ity, ir.VectorType) else ir.Constant(ity, v)
+
+    bits = b.bitcast(x, ity)
+    odd = b.and_(b.lshr(bits, const(16)), const(1))
+    return b.trunc(b.lshr(b.add(bits, b.add(odd, const(0x7FFF))), const(16)), nty)
+
+
+def _dot(b: ir.IRBuilder, kind: str, acc: ir.Value, a2: ir.Value, bv: ir.Value, vw: int) -> ir.Value:
+    """``acc[l] += a2.lo * bv[l].lo + a2.hi * bv[l].hi`` with bf16 pairs in i32 lanes."""
+    ity = ir.VectorType(I32, vw)
+    if kind == "bf16dp":
+        fn = intrinsic(b.module, DPBF16, acc.type, [acc.type, ity, ity])
+        return b.call(fn, [acc, a2, bv])
+    sixteen = ir.Constant(ity, [16] * vw)
+    high = ir.Constant(ity, [-65536] * vw)  # 0xffff0000
+    fty = acc.type
+    acc = fma(b, b.bitcast(b.shl(a2, sixteen), fty), b.bitcast(b.shl(bv, sixteen), fty), acc)
+    return fma(b, b.bitcast(b.and_(a2, high), fty), b.bitcast(b.and_(bv, high), fty), acc)
+
+
+def _emit_micro(module: ir.Module, kind: str, vw: int) -> ir.Function:
+    """``micro(pa, pb, kg, c, ldc, mvalid, nvalid, first)``: C tile (+)= Apanel . Bpanel."""
+    nr = NR_VECTORS * vw
+    vty = ir.VectorType(F32, vw)
+    fn = ir.Function(
+        module, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I1]), name=f"gemm_micro_bf16_{kind}"
+    )
+    fn.linkage = "internal"
+    for k in (0, 1, 3):
+        fn.args[k].add_attribute("noalias")
+    pa, pb, kg, c, ldc, mvalid, nvalid, first = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def step(g: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        row = b.mul(g, i64(nr))
+        bv = [load_vec(b, pb, I32, b.add(row, i64(v * vw)), vw, align=4 * vw) for v in range(NR_VECTORS)]
+        arow = b.mul(g, i64(MR))
+        out = []
+        for r in range(MR):
+            a2 = splat(b, load(b, elem_ptr(b, pa, I32, b.add(arow, i64(r))), I32, align=4), vw)
+            for v in range(NR_VECTORS):
+                out.append(_dot(b, kind, acc[r * NR_VECTORS + v], a2, bv[v], vw))
+        return out
+
+    acc = loop_carry(b, i64(0), kg, 1, [ir.Constant(vty, None)] * (MR * NR_VECTORS), step, name="g")
+    masks = [lane_mask(b, vw, v * vw, nvalid) for v in range(NR_VECTORS)]
+    for r in range(MR):
+        with b.if_then(b.icmp_signed(">", mvalid, i64(r)), likely=True):
+            crow = b.mul(i64(r), ldc)
+            for v in range(NR_VECTORS):
+                p = elem_ptr(b, c, F32, b.add(crow, i64(v * vw)))
+                old = masked_load(b, p, vty, masks[v])
+                val = b.select(first, acc[r * NR_VECTORS + v], b.fadd(acc[r * NR_VECTORS + v], old))
+                masked_store(b, val, p, masks[v])
+    b.ret_void()
+    return fn
+
+
+def _emit_pack_b(
+    b: ir.IRBuilder, vw: int, src: ir.Value, ldb: ir.Value, dst: ir.Value, kc: ir.Value, nc: ir.Value
+) -> None:
+    """dst[jr][g] = bf16 pairs of B[2g..2g+1, jr*NR : jr*NR+NR] side by side (zero past kc and nc)."""
+    nr = NR_VECTORS * vw
+    row_ty = ir.VectorType(F32, nr)
+    groups = ceil_div(b, kc, GROUP)
+    with for_range(b, i64(0), ceil_div(b, nc, nr), name="pbj") as jr:
+        col = b.mul(jr, i64(nr))
+        left = b.sub(nc, col)
+        panel = b.mul(col, groups)  # in i32 (bf16 pairs)
+        with for_range(b, i64(0), groups, name="pbg") as g:
+            rows = []
+            for t in range(GROUP):
+                k = b.add(b.mul(g, i64(GROUP)), i64(t))
+                valid = b.select(b.icmp_signed("<", k, kc), left, i64(0))
+                at = elem_ptr(b, src, F32, b.add(b.mul(imin(b, k, b.sub(kc, i64(1))), ldb), col))
+                rows.append(_to_bf16(b, masked_load(b, at, row_ty, lane_mask(b, nr, 0, valid))))
+            packed = b.bitcast(interleave(b, rows, nr), ir.VectorType(I32, nr))
+            store_vec(b, packed, dst, b.add(panel, b.mul(g, i64(nr))), align=4 * vw)
+
+
+def _emit_pack_a(b: ir.IRBuilder, src: ir.Value, lda: ir.Value, dst: ir.Value, kc: ir.Value, mc: ir.Value) -> None:
+    """dst[ir][g][r] = the bf16 pair A[min(ir*MR + r, mc-1), 2g..2g+1] (zero past kc)."""
+    last_row, last_k = b.sub(mc, i64(1)), b.sub(kc, i64(1))
+    groups = ceil_div(b, kc, GROUP)
+    with for_range(b, i64(0), ceil_div(b, mc, MR), name="paj") as ir_:
+        row0 = b.mul(ir_, i64(MR))
+        rows = [b.mul(imin(b, b.add(row0, i64(r)), last_row), lda) for r in range(MR)]
+        panel = b.mul(row0, groups)
+        with for_range(b, i64(0), groups, name="pag") as g:
+            ks = [b.add(b.mul(g, i64(GROUP)), i64(t)) for t in range(GROUP)]
+            inside = [b.icmp_signed("<", k, kc) for k in ks]
+            ks = [imin(b, k, last_k) for k in ks]
+            drow = b.add(panel, b.mul(g, i64(MR)))
+            for r in range(MR):
+                halves = []
+                for t in range(GROUP):
+                    x = _to_bf16(b, load(b, elem_ptr(b, src, F32, b.add(rows[r], ks[t])), F32))
+                    halves.append(b.zext(b.select(inside[t], x, ir.Constant(I16, 0)), I32))
+                pair = b.or_(halves[0], b.shl(halves[1], ir.Constant(I32, 16)))
+                b.store(pair, elem_ptr(b, dst, I32, b.add(drow, i64(r))))
+
+
+def build(target: LLVMTarget, dtype: str) -> ir.Module:
+    """The bf16 GEMM module for the host CPU ``target``: entry ``gemm(A, B, C, M, N, K, lda,
+    ldb, ldc, mc, nc, kc)`` on float32 arrays of bf16 values; ``kc`` even, within 1024."""
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no bf16 GEMM lowering for {type(target).__name__}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    vw = target.vector_width("fp32")
+    nr = NR_VECTORS * vw
+    kind = path(target)
+    module = target.new_module(f"{KERNEL}_bf16_{kind}")
+    micro = _emit_micro(module, kind, vw)
+
+    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
+        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
+        b = ctx.builder
+        pack_a = ctx.local_array(I16, MAX_BLOCK["mc"] * MAX_BLOCK["kc"])
+        pack_b = ctx.local_array(I16, -(-MAX_BLOCK["nc"] // nr) * nr * MAX_BLOCK["kc"])
+        i0 = b.mul(ctx.program_id(1), mc_max)
+        j0 = b.mul(ctx.program_id(0), nc_max)
+        mc = imin(b, mc_max, b.sub(m, i0))
+        nc = imin(b, nc_max, b.sub(n, j0))
+        a_blk = elem_ptr(b, a, F32, b.mul(i0, lda))
+        c_blk = elem_ptr(b, c, F32, b.add(b.mul(i0, ldc), j0))
+        with for_range(b, i64(0), k, kc_max, name="pc") as p0:
+            kc = imin(b, kc_max, b.sub(k, p0))
+            kg = ceil_div(b, kc, GROUP)
+            _emit_pack_b(b, vw, elem_ptr(b, bm, F32, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, kc, nc)
+            _emit_pack_a(b, elem_ptr(b, a_blk, F32, p0), lda, pack_a, kc, mc)
+            first = b.icmp_signed("==", p0, i64(0))
+            with for_range(b, i64(0), ceil_div(b, mc, MR), name="ir") as ir_:
+                row = b.mul(ir_, i64(MR))
+                pa = elem_ptr(b, pack_a, I32, b.mul(row, kg))
+                mvalid = imin(b, i64(MR), b.sub(mc, row))
+                with for_range(b, i64(0), ceil_div(b, nc, nr), name="jr") as jr:
+                    col = b.mul(jr, i64(nr))
+                    args_ = [
+                        pa,
+                        elem_ptr(b, pack_b, I32, b.mul(col, kg)),
+                        kg,
+                        elem_ptr(b, c_blk, F32, b.add(b.mul(row, ldc), col)),
+                        ldc,
+                        mvalid,
+                        imin(b, i64(nr), b.sub(nc, col)),
+                        first,
+                    ]
+                    b.call(micro, args_)
+
+    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
+    return module
+
+
+def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
+    """mc/nc/kc as :func:`.llvm_lowp.blocking` chooses them, kc in bf16 (2 bytes) values."""
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    nr = NR_VECTORS * target.vector_width("fp32")
+    kc = min(768, -(-k // GROUP) * GROUP)
+    nc = min(MAX_BLOCK["nc"] // nr * nr, -(-n // nr) * nr)
+    blocks_n = -(-n // nc)
+    blocks_m = max(-(-m // (20 * MR)), -(-2 * workers // blocks_n) if m >= 2 * MR * workers else 1)
+    rows = -(-m // blocks_m)
+    return {"mc": min(MAX_BLOCK["mc"], -(-rows // MR) * MR), "nc": nc, "kc": max(kc, GROUP)}
+
+
+def launch(
+    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
+) -> Launch:
+    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
+    programs; the record's config says which path (``bf16dp`` or ``widening``) the code takes."""
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no bf16 GEMM lowering for {type(target).__name__}")
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    workers = 1 if 2.0 * m * n * k < 2e6 else workers
+    blk = dict(blocks) if blocks else blocking(shape, target, workers)
+    vw = target.vector_width("fp32")
+    for key in ("mc", "nc", "kc"):
+        if not 1 <= int(blk[key]) <= MAX_BLOCK[key]:
+            raise ValueError(f"blocking {key}={blk[key]} outside [1, {MAX_BLOCK[key]}] for bf16")
+    if blk["kc"] % GROUP or blk["nc"] % (NR_VECTORS * vw):
+        raise ValueError(f"bf16 blocking needs kc even and nc a multiple of {NR_VECTORS * vw}, got {blk}")
+    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
+    args = (buffer("A"), buffer("B"), output()) + tuple(
+        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
+    )
+    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "path": path(target)}
+    record.update({"MR": MR, "NR": NR_VECTORS * vw, "VW": vw, "k_group": GROUP, "accumulate": "fp32"}, **blk)
+    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers)
+
+
+def prepare_cpu(
+    inputs: dict[str, np.ndarray],
+    shape: dict[str, int],
+    threads: int | None = None,
+    blocks: dict[str, int] | None = None,
+    target: CPUTarget | None = None,
+) -> PreparedKernel:
+    """Bind bf16 ``C = A @ B`` (float32 arrays of bf16 values, C float32) for the host CPU, or
+    ``target`` (another feature set, for tests); ``blocks`` overrides the cache blocking."""
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    a, bm = inputs["A"], inputs["B"]
+    if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np.float32 or bm.dtype != np.float32:
+        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of float32 holding bf16 values")
+    target = target or host_target()
+    threads = threads or default_threads()
+    plan = launch(shape, "bf16", target, threads, blocks)
+    return cpu_prepare(build, inputs, "bf16", plan, threads, target)
