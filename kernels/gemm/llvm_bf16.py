@@ -161,17 +161,17 @@ def _emit_pack_a(b: ir.IRBuilder, src: ir.Value, lda: ir.Value, dst: ir.Value, k
         rows = [b.mul(imin(b, b.add(row0, i64(r)), last_row), lda) for r in range(MR)]
         panel = b.mul(row0, groups)
         with for_range(b, i64(0), groups, name="pag") as g:
-            ks = [b.add(b.mul(g, i64(GROUP)), i64(t)) for t in range(GROUP)]
-            inside = [b.icmp_signed("<", k, kc) for k in ks]
-            ks = [imin(b, k, last_k) for k in ks]
+            k0 = b.mul(g, i64(GROUP))
             drow = b.add(panel, b.mul(g, i64(MR)))
-            for r in range(MR):
-                halves = []
-                for t in range(GROUP):
-                    x = _to_bf16(b, load(b, elem_ptr(b, src, F32, b.add(rows[r], ks[t])), F32))
-                    halves.append(b.zext(b.select(inside[t], x, ir.Constant(I16, 0)), I32))
-                pair = b.or_(halves[0], b.shl(halves[1], ir.Constant(I32, 16)))
-                b.store(pair, elem_ptr(b, dst, I32, b.add(drow, i64(r))))
+            with b.if_else(b.icmp_signed("<=", b.add(k0, i64(GROUP)), kc), likely=True) as (full, edge):
+                with full:  # the pair as one two-lane vector
+                    for r in range(MR):
+                        x = load(b, elem_ptr(b, src, F32, b.add(rows[r], k0)), ir.VectorType(F32, GROUP), align=4)
+                        b.store(b.bitcast(_to_bf16(b, x), I32), elem_ptr(b, dst, I32, b.add(drow, i64(r))))
+                with edge:  # the slice's odd last k: its pair's upper half is zero
+                    for r in range(MR):
+                        x = _to_bf16(b, load(b, elem_ptr(b, src, F32, b.add(rows[r], imin(b, k0, last_k))), F32))
+                        b.store(b.zext(x, I32), elem_ptr(b, dst, I32, b.add(drow, i64(r))))
 
 
 def build(target: LLVMTarget, dtype: str) -> ir.Module:

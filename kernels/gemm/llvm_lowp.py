@@ -189,15 +189,24 @@ def _emit_pack_a(b: ir.IRBuilder, src: ir.Value, lda: ir.Value, dst: ir.Value, k
         rows = [b.mul(imin(b, b.add(row0, i64(r)), last_row), lda) for r in range(MR)]
         panel = b.mul(row0, b.mul(groups, i64(GROUP)))
         with for_range(b, i64(0), groups, name="pag") as g:
-            ks = [b.add(b.mul(g, i64(GROUP)), i64(t)) for t in range(GROUP)]
-            inside = [b.icmp_signed("<", k, kc) for k in ks]
-            ks = [imin(b, k, last_k) for k in ks]
+            k0 = b.mul(g, i64(GROUP))
             drow = b.add(panel, b.mul(g, i64(GROUP * MR)))
-            for r in range(MR):
-                for t in range(GROUP):
-                    x = load(b, elem_ptr(b, src, I8, b.add(rows[r], ks[t])), I8)
-                    x = b.select(inside[t], b.xor(x, flip), flip)
-                    b.store(x, elem_ptr(b, dst, I8, b.add(drow, i64(GROUP * r + t))))
+            whole = b.icmp_signed("<=", b.add(k0, i64(GROUP)), kc)
+            with b.if_else(whole, likely=True) as (full, edge):
+                with full:  # the group's 4 bytes of each row as one i32
+                    flip4 = ir.Constant(I32, 0x80808080)
+                    for r in range(MR):
+                        x = load(b, elem_ptr(b, src, I8, b.add(rows[r], k0)), I32, align=1)
+                        b.store(b.xor(x, flip4), elem_ptr(b, dst, I32, b.add(b.sdiv(drow, i64(GROUP)), i64(r))))
+                with edge:  # the slice's last, partial group: byte by byte
+                    ks = [b.add(k0, i64(t)) for t in range(GROUP)]
+                    inside = [b.icmp_signed("<", k, kc) for k in ks]
+                    ks = [imin(b, k, last_k) for k in ks]
+                    for r in range(MR):
+                        for t in range(GROUP):
+                            x = load(b, elem_ptr(b, src, I8, b.add(rows[r], ks[t])), I8)
+                            x = b.select(inside[t], b.xor(x, flip), flip)
+                            b.store(x, elem_ptr(b, dst, I8, b.add(drow, i64(GROUP * r + t))))
 
 
 def build(target: LLVMTarget, dtype: str) -> ir.Module:
