@@ -31,8 +31,18 @@ from hwbench.core.host import (
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
 
-#: dtypes of the llvmlite kernels' CPU (SIMD program) lowering (fp16 is SIMT-only; int8 and bf16 are GEMM's).
-CPU_LLVM_DTYPES = ("fp32", "fp64", "int8", "bf16")
+#: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only,
+#: except where :data:`CPU_LLVM_MORE` names a kernel's own dot-product kernels.
+CPU_LLVM_DTYPES = ("fp32", "fp64")
+CPU_LLVM_MORE = {"gemm": ("int8", "bf16")}
+#: dtypes a CPU run has only when ``--dtype`` names them: the CPU has no measured peak for them
+#: yet, so their records would have no share of peak to judge.
+ON_REQUEST = ("int8", "bf16")
+
+
+def cpu_llvm_dtypes(kernel: str) -> tuple[str, ...]:
+    """The dtypes ``kernel``'s llvmlite source computes on the CPU."""
+    return CPU_LLVM_DTYPES + CPU_LLVM_MORE.get(kernel, ())
 
 
 class HostCall(Prepared):
@@ -146,19 +156,22 @@ class CPUBackend(Backend):
         return target.cpu_name, Peak(measured.tflops, measured.method), extra
 
     def implementations(self, kernel: str) -> list[Implementation]:
-        """The kernel's implementations, its llvmlite sources narrowed to the SIMD kernels' dtypes."""
-        return [
-            replace(i, dtypes=tuple(d for d in i.dtypes if d in CPU_LLVM_DTYPES)) if i.language == "llvmlite" else i
+        """The kernel's implementations, its llvmlite sources narrowed to the SIMD kernels' dtypes;
+        int8 and bf16 only on request."""
+        impls = [
+            replace(i, dtypes=tuple(d for d in i.dtypes if d in cpu_llvm_dtypes(kernel)))
+            if i.language == "llvmlite"
+            else i
             for i in super().implementations(kernel)
         ]
+        return [replace(i, on_request=tuple(d for d in i.dtypes if d in ON_REQUEST)) for i in impls]
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not present("llvmlite"):
             return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")
-        if impl.language == "llvmlite" and dtype not in CPU_LLVM_DTYPES:
-            return Availability(
-                False, f"the CPU's llvmlite SIMD kernels compute {', '.join(CPU_LLVM_DTYPES)}, not {dtype}"
-            )
+        computed = cpu_llvm_dtypes(impl.kernel)
+        if impl.language == "llvmlite" and dtype not in computed:
+            return Availability(False, f"the CPU's llvmlite SIMD kernels compute {', '.join(computed)}, not {dtype}")
         return super().supports(impl, dtype, device)
 
     def prepare(

@@ -97,6 +97,9 @@ def test_low_precision_is_offered_on_the_cpu() -> None:
     impls = {i.name: i for i in get_backend("cpu").implementations("gemm")}
     assert {"int8", "bf16"} <= set(impls["llvm"].dtypes) and "int8" in impls["torch_int_mm"].dtypes
     assert "bf16" in impls["torch_matmul"].dtypes and "int8" not in impls["numpy"].dtypes
+    assert set(impls["llvm"].on_request) == {"int8", "bf16"} and impls["numpy"].on_request == ()
+    attention = {i.name: i for i in get_backend("cpu").implementations("attention")}
+    assert not {"int8", "bf16"} & set(attention["llvm"].dtypes)  # GEMM's kernels only
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from typing import Any
 
 from hwbench.backends.torch_gpu import arch_of
 from hwbench.compile import stats as compile_stats
+from hwbench.core.dtypes import is_integer
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.kernel import get_kernel, kernel_targets
@@ -82,7 +83,8 @@ def plan_jobs(targets: list[str], kernels: list[str], impls: list[str]) -> list[
             if "triton" in impls and triton is not None:
                 jobs.append({"arch": arch, "kernel": kernel, "impl": "triton", "variant": None})
             if "llvm" in impls and llvm is not None:
-                jobs.extend({"arch": arch, "kernel": kernel, "impl": "llvm", "variant": d} for d in llvm.dtypes)
+                simt = [d for d in llvm.dtypes if not is_integer(d)]  # no integer work-group kernels
+                jobs.extend({"arch": arch, "kernel": kernel, "impl": "llvm", "variant": d} for d in simt)
     return jobs
 
 

@@ -78,6 +78,8 @@ class Implementation:
     entry: str = ""
     #: Modules it needs, each with the hint shown when it is missing.
     requires: Mapping[str, str] = field(default_factory=dict)
+    #: Of ``dtypes``, those run only when asked for (``--dtype``), not in a run that names none.
+    on_request: tuple[str, ...] = ()
 
 
 def source_implementation(kernel: Kernel, source: Source, note: str = "") -> Implementation:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.backend import DeviceInfo, Prepared
+from hwbench.core.dtypes import is_integer
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel, Tolerance
 from hwbench.core.records import finite
@@ -100,7 +101,7 @@ def ranked_dtypes(kernel: Kernel, device: DeviceInfo) -> list[str]:
             return (-float(peak), -significand_bits(dtype))
         return (math.inf, order.get(dtype, len(order)))
 
-    ranked = sorted(kernel.dtypes, key=rank)
+    ranked = sorted((d for d in kernel.dtypes if not is_integer(d)), key=rank)  # its checks are for floats
     if device.kind == "cpu" and "fp32" in ranked:
         ranked.remove("fp32")
         ranked.insert(0, "fp32")

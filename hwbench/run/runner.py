@@ -87,7 +87,7 @@ def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[d
 def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wanted: list[str] | None) -> list[str]:
     if wanted:
         return list(wanted)
-    offered = {d for impl in impls for d in impl["dtypes"]}
+    offered = {d for impl in impls for d in impl["dtypes"] if d not in impl.get("on_request", ())}
     return [d for d in kernel_dtypes if d in offered]
 
 
@@ -186,7 +186,9 @@ def plan_cases(
             skipped += unplaced
             for index, shape in pairs:
                 for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
-                    for impl in impls:
+                    # Unasked, a dtype runs on the implementations that offer it; asked for, on all
+                    # (those without it are skipped records that say so).
+                    for impl in (i for i in impls if plan.dtypes or dtype in i["dtypes"]):
                         cases.append(
                             CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
                         )
