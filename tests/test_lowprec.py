@@ -188,3 +188,16 @@ def test_hwbench_run_int8_on_the_cpu_writes_a_valid_file(tmp_path: Path) -> None
     (record,) = doc["records"]
     assert record["dtype"] == "int8" and record["status"] == "ok" and record["parity"]["exact"]
     assert record["config"]["path"] in ("vnni", "widening") and record["metrics"]["tflops"] > 0
+
+
+def test_256_bit_target_without_avx512_runs_both_fallbacks() -> None:
+    host = target_mod.host_target()
+    if "+avx2" not in host.features.split(","):
+        pytest.skip("the host has no AVX2 to build a 256-bit target from")
+    drop = ("avx512", "avx10", "amx", "avxvnni", "evex512")
+    kept = [f for f in host.features.split(",") if not f[1:].startswith(drop)]
+    target = target_mod.CPUTarget(host.cpu_name, ",".join(kept + ["-avx512f", "-evex512"]))
+    assert llvm_lowp.lanes(target) == 8 and llvm_lowp.path(target) == "widening"
+    assert llvm_bf16.path(target) == "widening"
+    _exact(ODD[1], target=target)
+    _bf16(ODD[1], target=target)
