@@ -35,9 +35,10 @@ from hwbench.core.loading import load_callable
 #: except where :data:`CPU_LLVM_MORE` names a kernel's own dot-product kernels.
 CPU_LLVM_DTYPES = ("fp32", "fp64")
 CPU_LLVM_MORE = {"gemm": ("int8", "bf16")}
-#: dtypes a CPU run has only when ``--dtype`` names them: the CPU has no measured peak for them
-#: yet, so their records would have no share of peak to judge.
-ON_REQUEST = ("int8", "bf16")
+#: dtypes a CPU run has by default only where the CPU has a measured peak for them (a dot-product
+#: instruction to time, :mod:`.cpu_dot_peak`); elsewhere only when ``--dtype`` names them, their
+#: records having no share of peak to judge.
+LOW_PRECISION = ("int8", "bf16")
 
 
 def cpu_llvm_dtypes(kernel: str) -> tuple[str, ...]:
@@ -136,8 +137,9 @@ class CPUBackend(Backend):
         )
 
     def _llvm_facts(self, info: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Peak | None, dict[str, Any]]:
-        # Both modules import llvmlite, which is optional: imported only once it is known to be there.
-        from hwbench.backends.cpu_peak import measure_peak
+        # These modules import llvmlite, which is optional: imported only once it is known to be there.
+        from hwbench.backends.cpu_dot_peak import measure_dot_peaks
+        from hwbench.backends.cpu_peak import measure_peak  # needs llvmlite (see above)
         from hwbench.kernels.llvmir.target import CPUTarget  # needs llvmlite (see above)
 
         target = CPUTarget()
@@ -153,18 +155,27 @@ class CPUBackend(Backend):
             fma_units=measured.fma_units,
             fma_per_cycle_measured=measured.fma_per_cycle_measured,
         )
-        return target.cpu_name, Peak(measured.tflops, measured.method), extra
+        peaks, method = dict(measured.tflops), measured.method
+        try:
+            dots = measure_dot_peaks(info["cores"], measured.clock_ghz * 1e9, target.features)
+        except Exception as exc:  # the fp32 and fp64 peaks stand without them
+            return target.cpu_name, Peak(peaks, f"{method}; int8 and bf16 peaks not measured: {exc}"), extra
+        peaks.update(dots.tops)
+        extra["dot_per_cycle"] = {name: {"measured": m, "counted": c} for name, (m, c) in dots.measured.items()}
+        return target.cpu_name, Peak(peaks, f"{method}; {dots.method}" if dots.method else method), extra
 
     def implementations(self, kernel: str) -> list[Implementation]:
         """The kernel's implementations, its llvmlite sources narrowed to the SIMD kernels' dtypes;
-        int8 and bf16 only on request."""
+        int8 and bf16 only on request where the CPU has no peak for them."""
         impls = [
             replace(i, dtypes=tuple(d for d in i.dtypes if d in cpu_llvm_dtypes(kernel)))
             if i.language == "llvmlite"
             else i
             for i in super().implementations(kernel)
         ]
-        return [replace(i, on_request=tuple(d for d in i.dtypes if d in ON_REQUEST)) for i in impls]
+        peak = self.devices()[0].peak
+        unmeasured = [d for d in LOW_PRECISION if peak is None or d not in peak.tflops]
+        return [replace(i, on_request=tuple(d for d in i.dtypes if d in unmeasured)) for i in impls]
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not present("llvmlite"):

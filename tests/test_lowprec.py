@@ -24,6 +24,7 @@ target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmli
 
 QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}
 ODD = [
+    {"M": 1, "N": 4097, "K": 3},
     {"M": 1, "N": 3, "K": 4097},
     {"M": 257, "N": 129, "K": 65},
     {"M": 33, "N": 70, "K": 7},
@@ -94,10 +95,15 @@ def test_int8_widening_fallback_is_exact(shape: dict[str, int]) -> None:
 
 
 def test_low_precision_is_offered_on_the_cpu() -> None:
-    impls = {i.name: i for i in get_backend("cpu").implementations("gemm")}
+    backend = get_backend("cpu")
+    impls = {i.name: i for i in backend.implementations("gemm")}
     assert {"int8", "bf16"} <= set(impls["llvm"].dtypes) and "int8" in impls["torch_int_mm"].dtypes
     assert "bf16" in impls["torch_matmul"].dtypes and "int8" not in impls["numpy"].dtypes
-    assert set(impls["llvm"].on_request) == {"int8", "bf16"} and impls["numpy"].on_request == ()
+    # By default where the CPU has a measured peak for them, else only when --dtype names them.
+    peak = backend.devices()[0].peak
+    unmeasured = {d for d in ("int8", "bf16") if peak is None or d not in peak.tflops}
+    assert set(impls["llvm"].on_request) == unmeasured and impls["numpy"].on_request == ()
+    assert set(impls["torch_int_mm"].on_request) == unmeasured & {"int8"}
     attention = {i.name: i for i in get_backend("cpu").implementations("attention")}
     assert not {"int8", "bf16"} & set(attention["llvm"].dtypes)  # GEMM's kernels only
 
@@ -187,7 +193,10 @@ def test_hwbench_run_int8_on_the_cpu_writes_a_valid_file(tmp_path: Path) -> None
     assert validate(doc) == []
     (record,) = doc["records"]
     assert record["dtype"] == "int8" and record["status"] == "ok" and record["parity"]["exact"]
-    assert record["config"]["path"] in ("vnni", "widening") and record["metrics"]["tflops"] > 0
+    assert record["config"]["path"] in ("amx", "vnni", "widening") and record["metrics"]["tflops"] > 0
+    (device,) = [d for b in doc["backends"] if b["name"] == "cpu" for d in b["devices"]]
+    if "int8" in (device.get("peak") or {}).get("tflops", {}):  # a measured int8 peak gives a share of it
+        assert 0 < record["metrics"]["pct_peak"] <= 100
 
 
 def test_256_bit_target_without_avx512_runs_both_fallbacks() -> None:

@@ -127,6 +127,16 @@ def test_no_peak_for_the_dtype_means_no_check_not_a_refusal() -> None:
     assert record["metrics"]["peak_check"] == "not checked: no bf16 peak known for this device"
 
 
+def test_the_cpu_int8_and_bf16_peaks_gate_their_own_dtypes() -> None:
+    """Measured int8/bf16 peaks (dot-product loops) judge those dtypes, not the fp32 peak: 2 TOPS
+    is plausible under an 8 TOPS int8 peak and refused above a 1 TFLOPS bf16 one."""
+    doc = _doc([_record("int8", 1e-3), _record("bf16", 1e-3)], {"fp32": 0.1, "int8": 8.0, "bf16": 1.0})
+    add_metrics(doc, Catalog.load())
+    int8, bf16 = doc["records"]
+    assert int8["status"] == "ok" and int8["metrics"]["pct_peak"] == pytest.approx(25.0)
+    assert bf16["status"] == "implausible" and "bf16" in bf16["reason"]
+
+
 @pytest.mark.parametrize(("median", "why"), [(-1e-3, "not a positive"), (float("nan"), "not a positive"), (0.0, "")])
 def test_derivation_never_raises(median: float, why: str) -> None:
     doc = _doc([_record("fp32", median), _record("fp32", 1e-2)], {"fp32": 1.0})

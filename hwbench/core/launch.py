@@ -86,6 +86,9 @@ class Launch:
     config: Mapping[str, Any] = field(default_factory=dict)
     #: At most this many host workers (CPU): 1 where waking more costs more than it saves.
     workers: int | None = None
+    #: Whether the CPU kernel takes its inputs in the dtype's own storage (bf16: its 16-bit
+    #: patterns, as a library is handed bf16 tensors) rather than the host's (float32).
+    device_storage: bool = False
 
     @property
     def programs(self) -> int:

@@ -8,6 +8,10 @@ never stored), then runs an ``MR x NR`` register-blocked microkernel: NR/VW
 vector loads of B, MR broadcasts of A and ``MR * NR/VW`` FMAs per k step, with
 the accumulators carried in phi nodes (they live in vector registers).
 Edge tiles store through masked loads/stores, so any M, N, K works in bounds.
+
+int8 and bf16 have kernels of their own on the CPU, chosen by the host's features: AMX tiles
+(:mod:`.llvm_amx`) where the CPU has them and Linux grants them, else the vector dot products
+of :mod:`.llvm_lowp` (int8) and :mod:`.llvm_bf16`, else their widening fallbacks.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from hwbench.core.dtypes import storage_dtype
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
-from hwbench.kernels.gemm import llvm_bf16, llvm_lowp, simt
+from hwbench.kernels.gemm import llvm_amx, llvm_bf16, llvm_lowp, simt
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
 from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
@@ -138,7 +142,8 @@ def _emit_pack_a(
 
 def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) -> ir.Module:
     """The GEMM kernel module for ``target``: the work-group kernel of :mod:`.simt` on a SIMT
-    target (in ``config``, default :func:`simt_config`), else the CPU's SIMD kernel.
+    target (in ``config``, default :func:`simt_config`), else the CPU's SIMD kernel (int8 and
+    bf16: :mod:`.llvm_amx` where usable, else :mod:`.llvm_lowp` / :mod:`.llvm_bf16`).
 
     Entry ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)``; grid
     ``(ceil(N/nc), ceil(M/mc))``; needs ``mc <= 28*MR``, ``nc`` a multiple of NR
@@ -146,6 +151,8 @@ def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) 
     """
     if isinstance(target, SIMTTarget):
         return simt.build(target, dtype, config or simt_config(target, dtype))
+    if dtype in llvm_amx.DTYPES and llvm_amx.usable(target, dtype):
+        return llvm_amx.build(target, dtype)
     if dtype in llvm_lowp.DTYPES:
         return llvm_lowp.build(target, dtype)
     if dtype in llvm_bf16.DTYPES:
@@ -253,6 +260,8 @@ def launch(
     """
     if isinstance(target, SIMTTarget):
         return simt.launch(shape, dtype, target, config or simt_config(target, dtype))
+    if dtype in llvm_amx.DTYPES and llvm_amx.usable(target, dtype):
+        return llvm_amx.launch(shape, dtype, target, workers, blocks)
     if dtype in llvm_lowp.DTYPES:
         return llvm_lowp.launch(shape, dtype, target, workers, blocks)
     if dtype in llvm_bf16.DTYPES:

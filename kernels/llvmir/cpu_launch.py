@@ -171,6 +171,14 @@ def ptr(a: np.ndarray) -> int:
 CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float, "f64": ctypes.c_double}
 
 
+def device_array(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` (host storage) in ``dtype``'s own storage: bf16 held in float32 as its upper 16
+    bits (exact for bf16 values), other dtypes as they are."""
+    if dtype != "bf16":
+        return array
+    return np.ascontiguousarray((np.ascontiguousarray(array, np.float32).view(np.uint32) >> 16).astype(np.uint16))
+
+
 def prepare(
     build: Callable[[LLVMTarget, str], ir.Module],
     inputs: Mapping[str, np.ndarray],
@@ -190,6 +198,8 @@ def prepare(
     for name in plan.buffers():
         if name != OUTPUT and inputs[name].dtype != host:
             raise ValueError(f"input {name} is {inputs[name].dtype}, not the {host} that {dtype} is held in")
+    if plan.device_storage:
+        inputs = {name: device_array(array, dtype) for name, array in inputs.items()}
     out = np.zeros(plan.output, dtype=output_dtype(dtype))
     args: list[Any] = []
     types: list[Any] = []

@@ -1,0 +1,373 @@
+"""int8 and bf16 GEMM ``C = A @ B`` on the host CPU's AMX tiles, in llvmlite IR.
+
+Intel AMX (Sapphire Rapids and later) multiplies 16 x 64-byte tiles held in eight tile
+registers: ``tdpbssd`` adds a 16 x 64 int8 tile times a 64 x 16 one (signed by signed, so no
+offset correction) into a 16 x 16 int32 tile; ``tdpbf16ps`` does the same for bf16 pairs into
+fp32. The kernel is :mod:`.llvm_lowp`'s packed-panel structure with the register block
+replaced by a 32 x 32 block of C in four tiles, fed by two A tiles and two B tiles (all eight
+registers): per ``kc`` slice a program packs its A block row-major with K padded to whole
+tiles, and its B block into 32-column panels laid out as the tile instructions read them (per
+group of 4 int8 or 2 bf16 k values, each column's group side by side), zero past K, M and N.
+Interior blocks of C are loaded and stored as tiles; edge blocks go through a 32 x 32 scratch
+tile and masked vector stores.
+
+LLVM's ``*.internal`` AMX intrinsics take the tile shapes as operands and insert the tile
+configuration (``ldtilecfg``) themselves. Linux hands a process the AMX state only on request
+(``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``): :func:`usable` asks once and the
+path is taken only when the kernel granted it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from hwbench.core.kernel import Shape
+from hwbench.core.launch import Launch, buffer, output
+from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.gemm.llvm_lowp import interleave
+from hwbench.kernels.llvmir.irutil import (
+    F32,
+    I1,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    ceil_div,
+    elem_ptr,
+    for_range,
+    i64,
+    imin,
+    intrinsic,
+    lane_mask,
+    load_vec,
+    loop_carry,
+    masked_load,
+    masked_store,
+    store_vec,
+)
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
+
+KERNEL = "gemm"
+DTYPES = ("int8", "bf16")
+I8, I16 = ir.IntType(8), ir.IntType(16)
+ROWS, ROW_BYTES = 16, 64  # one tile: 16 rows of 64 bytes
+BLOCK = 2 * ROWS  # a 32 x 32 block of C: 2 x 2 tiles
+TILE_BYTES = ROWS * ROW_BYTES
+STEP_BYTES = 2 * TILE_BYTES  # a panel's two tiles for one step along K
+#: Upper bounds baked into the workspace: rows of A / columns of B per program, K bytes per slice.
+MAX_BLOCK = {"mc": 1024, "nc": 1024, "kc_bytes": 1024}
+#: Linux's arch_prctl: its syscall number on x86-64, the request and the tile-data feature.
+SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One dtype's tile arithmetic."""
+
+    dtype: str
+    #: Packed element type and bytes, and k values per 32-bit lane of a B tile row.
+    element: ir.Type
+    element_bytes: int
+    group: int
+    #: Source element type (bf16 arrives as its 16-bit patterns: ``Launch.device_storage``) and accumulator.
+    source: ir.Type
+    accumulator: ir.Type
+    instruction: str
+    features: tuple[str, ...]
+
+    @property
+    def k_per_tile(self) -> int:
+        """k values one tile row of A holds."""
+        return ROW_BYTES // self.element_bytes
+
+
+KINDS = {
+    "int8": Kind("int8", I8, 1, 4, I8, I32, "llvm.x86.tdpbssd.internal", ("amx-tile", "amx-int8")),
+    "bf16": Kind("bf16", I16, 2, 2, I16, F32, "llvm.x86.tdpbf16ps.internal", ("amx-tile", "amx-bf16")),
+}
+
+
+class TileType(ir.Type):
+    """LLVM's ``x86_amx``: one tile register's value (llvmlite has no name for it)."""
+
+    def _to_string(self) -> str:
+        return "x86_amx"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TileType)
+
+    def __hash__(self) -> int:
+        return hash("x86_amx")
+
+
+TILE = TileType()
+
+
+@functools.lru_cache(maxsize=1)
+def amx_granted() -> bool:
+    """Whether this process may use AMX tile data: asks Linux once (x86-64 Linux 5.16+)."""
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) == 0
+
+
+def has_features(target: CPUTarget, dtype: str) -> bool:
+    """Whether ``target``'s features include the AMX extensions ``dtype`` needs."""
+    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    return dtype in KINDS and set(KINDS[dtype].features) <= enabled
+
+
+def usable(target: LLVMTarget, dtype: str) -> bool:
+    """Whether the AMX kernel runs for ``dtype`` on ``target``: a CPU with the features whose
+    kernel granted this process the tile state."""
+    return isinstance(target, CPUTarget) and has_features(target, dtype) and amx_granted()
+
+
+def _tiles(module: ir.Module, kind: Kind) -> dict[str, ir.Function]:
+    return {
+        "zero": intrinsic(module, "llvm.x86.tilezero.internal", TILE, [I16, I16]),
+        "load": intrinsic(module, "llvm.x86.tileloadd64.internal", TILE, [I16, I16, PTR, I64]),
+        "store": intrinsic(module, "llvm.x86.tilestored64.internal", VOID, [I16, I16, PTR, I64, TILE]),
+        "dot": intrinsic(module, kind.instruction, TILE, [I16, I16, I16, TILE, TILE, TILE]),
+    }
+
+
+def _emit_block(module: ir.Module, kind: Kind) -> ir.Function:
+    """``block(pa, pb, c, ldc, mc, nc, steps, first)``: the C block (+)= packed A . packed B, in
+    32 x 32 blocks of four tiles, ``steps`` tiles along K (every tile load 1 KiB in a row)."""
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I64, I64, I64, I64, I1]), f"{KERNEL}_amx_block")
+    fn.linkage = "internal"
+    for k in (0, 1, 2):
+        fn.args[k].add_attribute("noalias")
+    pa, pb, c, ldc, mc, nc, steps, first = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    op = _tiles(module, kind)
+    rows, width = ir.Constant(I16, ROWS), ir.Constant(I16, ROW_BYTES)
+    scratch = b.alloca(ir.ArrayType(kind.accumulator, BLOCK * BLOCK), name="scratch")
+    scratch.align = 64
+    cbytes = b.mul(ldc, i64(4))
+    stride = i64(ROW_BYTES)
+    panel = b.mul(steps, i64(STEP_BYTES))
+
+    def tile_loop(pa_ir: ir.Value, pb_jr: ir.Value, init: list[ir.Value]) -> list[ir.Value]:
+        def step(s: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            a_at = elem_ptr(b, pa_ir, I8, b.mul(s, i64(STEP_BYTES)))
+            b_at = elem_ptr(b, pb_jr, I8, b.mul(s, i64(STEP_BYTES)))
+            a = [b.call(op["load"], [rows, width, elem_ptr(b, a_at, I8, i64(u * TILE_BYTES)), stride]) for u in (0, 1)]
+            bt = [b.call(op["load"], [rows, width, elem_ptr(b, b_at, I8, i64(t * TILE_BYTES)), stride]) for t in (0, 1)]
+            return [
+                b.call(op["dot"], [rows, width, width, acc[2 * u + t], a[u], bt[t]]) for u in (0, 1) for t in (0, 1)
+            ]
+
+        return loop_carry(b, i64(0), steps, 1, init, step, name="kt")
+
+    def tile_at(base: ir.Value, stride: ir.Value, u: int, t: int) -> ir.Value:
+        return elem_ptr(b, base, I8, b.add(b.mul(stride, i64(u * ROWS)), i64(t * ROW_BYTES)))
+
+    with for_range(b, i64(0), ceil_div(b, nc, BLOCK), name="jr") as jr:
+        pb_jr = elem_ptr(b, pb, I8, b.mul(jr, panel))
+        nvalid = imin(b, i64(BLOCK), b.sub(nc, b.mul(jr, i64(BLOCK))))
+        with for_range(b, i64(0), ceil_div(b, mc, BLOCK), name="ir") as ir_:
+            pa_ir = elem_ptr(b, pa, I8, b.mul(ir_, panel))
+            c_blk = elem_ptr(b, c, kind.accumulator, b.add(b.mul(b.mul(ir_, i64(BLOCK)), ldc), b.mul(jr, i64(BLOCK))))
+            mvalid = imin(b, i64(BLOCK), b.sub(mc, b.mul(ir_, i64(BLOCK))))
+            whole = b.and_(b.icmp_signed("==", mvalid, i64(BLOCK)), b.icmp_signed("==", nvalid, i64(BLOCK)))
+            zero = [b.call(op["zero"], [rows, width]) for _ in range(4)]
+            with b.if_else(whole, likely=True) as (inside, edge):
+                with inside:
+                    with b.if_else(first) as (fresh, more):
+                        with fresh:
+                            acc = tile_loop(pa_ir, pb_jr, zero)
+                            for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                                b.call(op["store"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes, acc[2 * u + t]])
+                        with more:
+                            old = [
+                                b.call(op["load"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes])
+                                for u in (0, 1)
+                                for t in (0, 1)
+                            ]
+                            acc = tile_loop(pa_ir, pb_jr, old)
+                            for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                                b.call(op["store"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes, acc[2 * u + t]])
+                with edge:
+                    acc = tile_loop(pa_ir, pb_jr, zero)
+                    sbytes = i64(BLOCK * 4)
+                    for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                        b.call(op["store"], [rows, width, tile_at(scratch, sbytes, u, t), sbytes, acc[2 * u + t]])
+                    _merge_edge(b, kind, scratch, c_blk, ldc, mvalid, nvalid, first)
+    b.ret_void()
+    return fn
+
+
+def _merge_edge(
+    b: ir.IRBuilder,
+    kind: Kind,
+    scratch: ir.Value,
+    c_blk: ir.Value,
+    ldc: ir.Value,
+    mvalid: ir.Value,
+    nvalid: ir.Value,
+    first: ir.Value,
+) -> None:
+    """The valid ``mvalid x nvalid`` corner of the scratch block stored into C (added on later slices)."""
+    vty = ir.VectorType(kind.accumulator, ROWS)
+    masks = [lane_mask(b, ROWS, t * ROWS, nvalid) for t in (0, 1)]
+    with for_range(b, i64(0), mvalid, name="er") as r:
+        for t in (0, 1):
+            src = load_vec(b, scratch, kind.accumulator, b.add(b.mul(r, i64(BLOCK)), i64(t * ROWS)), ROWS, align=64)
+            at = elem_ptr(b, c_blk, kind.accumulator, b.add(b.mul(r, ldc), i64(t * ROWS)))
+            old = masked_load(b, at, vty, masks[t])
+            added = b.add(old, src) if kind.accumulator == I32 else b.fadd(old, src)
+            masked_store(b, b.select(first, src, added), at, masks[t])
+
+
+def _emit_pack_a(
+    b: ir.IRBuilder,
+    kind: Kind,
+    src: ir.Value,
+    lda: ir.Value,
+    dst: ir.Value,
+    kc: ir.Value,
+    mc: ir.Value,
+    steps: ir.Value,
+) -> None:
+    """A's block as 32-row panels of whole tiles: row ``r``'s k values ``[s*w, s*w + w)`` at
+    ``(r // 32) * steps * 2048 + s * 2048 + (r % 32) * 64`` bytes (so each tile is 1 KiB in a
+    row; zero past kc and mc)."""
+    width = kind.k_per_tile
+    vty = ir.VectorType(kind.source, width)
+    last = b.sub(mc, i64(1))
+    with for_range(b, i64(0), b.mul(ceil_div(b, mc, BLOCK), i64(BLOCK)), name="par") as r:
+        row = elem_ptr(b, src, kind.source, b.mul(imin(b, r, last), lda))
+        inside = b.icmp_signed("<", r, mc)
+        at = b.add(
+            b.mul(b.sdiv(r, i64(BLOCK)), b.mul(steps, i64(STEP_BYTES))), b.mul(b.srem(r, i64(BLOCK)), i64(ROW_BYTES))
+        )
+        with for_range(b, i64(0), steps, name="pas") as s:
+            k0 = b.mul(s, i64(width))
+            valid = b.select(inside, b.sub(kc, k0), i64(0))
+            x = masked_load(b, elem_ptr(b, row, kind.source, k0), vty, lane_mask(b, width, 0, valid))
+            store_vec(b, x, elem_ptr(b, dst, I8, b.add(at, b.mul(s, i64(STEP_BYTES)))), i64(0), align=ROW_BYTES)
+
+
+def _emit_pack_b(
+    b: ir.IRBuilder,
+    kind: Kind,
+    src: ir.Value,
+    ldb: ir.Value,
+    dst: ir.Value,
+    kc: ir.Value,
+    nc: ir.Value,
+    steps: ir.Value,
+) -> None:
+    """B's block as 32-column panels of whole tiles: per group ``g`` of k values (4 int8 or 2
+    bf16), each column's group side by side, columns 0-15 in tile 0 and 16-31 in tile 1, the
+    group's row at ``jr * steps * 2048 + (g // 16) * 2048 + t * 1024 + (g % 16) * 64`` bytes
+    (zero past kc and nc)."""
+    vty = ir.VectorType(kind.source, BLOCK)
+    half = ROW_BYTES // kind.element_bytes
+    halves = [ir.Constant(ir.VectorType(I32, half), list(range(t * half, (t + 1) * half))) for t in (0, 1)]
+    with for_range(b, i64(0), ceil_div(b, nc, BLOCK), name="pbj") as jr:
+        col = b.mul(jr, i64(BLOCK))
+        left = b.sub(nc, col)
+        panel = b.mul(jr, b.mul(steps, i64(STEP_BYTES)))
+        with for_range(b, i64(0), b.mul(steps, i64(ROWS)), name="pbg") as g:
+            rows = []
+            for t in range(kind.group):
+                k = b.add(b.mul(g, i64(kind.group)), i64(t))
+                valid = b.select(b.icmp_signed("<", k, kc), left, i64(0))
+                at = elem_ptr(b, src, kind.source, b.add(b.mul(imin(b, k, b.sub(kc, i64(1))), ldb), col))
+                rows.append(masked_load(b, at, vty, lane_mask(b, BLOCK, 0, valid)))
+            packed = interleave(b, rows, BLOCK)
+            row = b.add(
+                b.add(panel, b.mul(b.sdiv(g, i64(ROWS)), i64(STEP_BYTES))), b.mul(b.srem(g, i64(ROWS)), i64(ROW_BYTES))
+            )
+            for t in (0, 1):
+                part = b.shuffle_vector(packed, packed, halves[t])
+                store_vec(b, part, elem_ptr(b, dst, I8, b.add(row, i64(t * TILE_BYTES))), i64(0), align=ROW_BYTES)
+
+
+def build(target: LLVMTarget, dtype: str) -> ir.Module:
+    """The AMX GEMM module: entry ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over
+    ``(ceil(N/nc), ceil(M/mc))`` programs (C int32 for int8, float32 for bf16); ``mc`` and ``nc``
+    within 1024, ``kc`` a multiple of a tile's k within 1024 bytes of K."""
+    if not isinstance(target, CPUTarget) or not has_features(target, dtype):
+        raise TypeError(f"no AMX {dtype} GEMM for {getattr(target, 'name', type(target).__name__)}")
+    kind = KINDS[dtype]
+    module = target.new_module(f"{KERNEL}_{dtype}_amx")
+    block = _emit_block(module, kind)
+    max_k = MAX_BLOCK["kc_bytes"] // kind.element_bytes
+
+    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
+        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
+        b = ctx.builder
+        pack_a = ctx.local_array(I8, MAX_BLOCK["mc"] * MAX_BLOCK["kc_bytes"])
+        pack_b = ctx.local_array(I8, MAX_BLOCK["nc"] * MAX_BLOCK["kc_bytes"])
+        i0 = b.mul(ctx.program_id(1), mc_max)
+        j0 = b.mul(ctx.program_id(0), nc_max)
+        mc = imin(b, mc_max, b.sub(m, i0))
+        nc = imin(b, nc_max, b.sub(n, j0))
+        c_blk = elem_ptr(b, c, kind.accumulator, b.add(b.mul(i0, ldc), j0))
+        with for_range(b, i64(0), k, imin(b, kc_max, i64(max_k)), name="pc") as p0:
+            kc = imin(b, kc_max, b.sub(k, p0))
+            steps = ceil_div(b, kc, kind.k_per_tile)
+            _emit_pack_b(b, kind, elem_ptr(b, bm, kind.source, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, kc, nc, steps)
+            _emit_pack_a(b, kind, elem_ptr(b, a, kind.source, b.add(b.mul(i0, lda), p0)), lda, pack_a, kc, mc, steps)
+            b.call(block, [pack_a, pack_b, c_blk, ldc, mc, nc, steps, b.icmp_signed("==", p0, i64(0))])
+
+    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
+    return module
+
+
+def blocking(shape: Shape, dtype: str, workers: int = 1) -> dict[str, int]:
+    """mc/nc/kc: a slice of K of 1024 bytes (a 32-row A panel and a 32-column B panel of 32 KiB),
+    the block halved along its longer side until every worker has two programs."""
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    step = KINDS[dtype].k_per_tile
+    kc = min(MAX_BLOCK["kc_bytes"] // KINDS[dtype].element_bytes, -(-k // step) * step)
+    mc = min(MAX_BLOCK["mc"], -(-m // BLOCK) * BLOCK)
+    nc = min(MAX_BLOCK["nc"], -(-n // BLOCK) * BLOCK)
+    while -(-m // mc) * -(-n // nc) < 2 * workers and max(mc, nc) > BLOCK:
+        if mc >= nc:
+            mc = -(-mc // (2 * BLOCK)) * BLOCK
+        else:
+            nc = -(-nc // (2 * BLOCK)) * BLOCK
+    return {"mc": mc, "nc": nc, "kc": max(kc, step)}
+
+
+def _check_blocking(blk: dict[str, int], kind: Kind) -> None:
+    limits = {"mc": MAX_BLOCK["mc"], "nc": MAX_BLOCK["nc"], "kc": MAX_BLOCK["kc_bytes"] // kind.element_bytes}
+    for key, limit in limits.items():
+        if not 1 <= int(blk[key]) <= limit:
+            raise ValueError(f"AMX blocking {key}={blk[key]} outside [1, {limit}] for {kind.dtype}")
+    if blk["kc"] % kind.k_per_tile:
+        raise ValueError(f"AMX {kind.dtype} blocking needs kc a multiple of {kind.k_per_tile}, got {blk['kc']}")
+
+
+def launch(
+    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
+) -> Launch:
+    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
+    programs; the record's config says ``path: amx``."""
+    if not amx_granted():  # the tile instructions fault in a process Linux has not granted them
+        raise RuntimeError("Linux did not grant this process the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    workers = 1 if 2.0 * m * n * k < 2e6 else workers
+    blk = dict(blocks) if blocks else blocking(shape, dtype, workers)
+    kind = KINDS[dtype]
+    _check_blocking(blk, kind)
+    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
+    args = (buffer("A"), buffer("B"), output()) + tuple(
+        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
+    )
+    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "path": "amx"}
+    record.update({"MR": BLOCK, "NR": BLOCK, "tile": f"{ROWS}x{ROW_BYTES}B", "k_group": kind.group}, **blk)
+    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers, device_storage=True)
