@@ -466,3 +466,38 @@ def test_out_appearing_during_the_work_is_not_replaced(
     _one_line_error(["score", str(DATA / "cpu-base.json"), "--out", str(out)], capsys, "score.json already exists")
     assert out.read_text() == "someone else's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["score.json"]  # no temporary file left
+
+
+def test_score_dtype_chooses_the_gemm_records_and_the_default_says_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_gpu = {"backend": "cuda", "device": "Test GPU"}
+    records = [
+        record("gemm", "cublas", "bf16", MATMUL, tflops=300.0, impl_kind="native", **on_gpu),
+        record("gemm", "scaled_mm", "fp8", MATMUL, tflops=600.0, impl_kind="native", **on_gpu),
+        record("gemm", "int_mm", "int8", MATMUL, tflops=900.0, impl_kind="native", **on_gpu),
+    ]
+    write(tmp_path / "g.json", document(records, [GPU]))
+    (tmp_path / "g.toml").write_text('usd_per_hour = 3.0\nprice_source = "quote"\nprice_as_of = "2026-01"\n')
+    platform = f"G={tmp_path / 'g.json'},{tmp_path / 'g.toml'}"
+    assert main(["score", platform]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "compute density: GEMM dtype G bf16 (the default: bf16/fp16 on accelerators, fp32 on CPUs; --dtype chooses)"
+        in out
+    )
+    assert main(["score", platform, "--dtype", "fp8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    entry = doc["platforms"][0]["dimensions"]["compute_density"]
+    assert doc["compute_dtype"] == "fp8" and entry["source"]["dtype"] == "fp8" and entry["raw"] == pytest.approx(200.0)
+    assert main(["score", platform, "--dtype", "int8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dimensions"]["compute_density"]["unit"] == "TOPS per USD/hour"
+    assert doc["platforms"][0]["dimensions"]["compute_density"]["raw"] == pytest.approx(300.0)
+    assert main(["score", platform, "--dtype", "fp64", "--json"]) == 0
+    missing = json.loads(capsys.readouterr().out)["platforms"][0]["dimensions"]["compute_density"]
+    assert (
+        missing["missing"] and "no ok fp64 GEMM record on the accelerator (only bf16, fp8, int8)" in missing["reason"]
+    )
+    assert main(["score", platform, "--dtype", "fp7"]) == 2
+    assert "--dtype 'fp7' is not a dtype hwbench knows" in capsys.readouterr().err

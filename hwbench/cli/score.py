@@ -3,7 +3,7 @@
 Each PLATFORM is [NAME=]FILE[,FILE...]: results files (.json: runs and probes) and at most
 one platform file (.toml: name, usd_per_hour per device, price_source, sla_availability,
 mttr_minutes + mttr_source, notes, results = [...]). Dimensions (default weights):
-compute density 25 (best 16-bit GEMM TFLOPS, fp32 on CPUs, per USD/hour of one device),
+compute density 25 (best 16-bit GEMM TFLOPS, fp32 on CPUs, or --dtype's, per USD/hour of one device),
 network 20 (small-message AllReduce p50), storage 15 (hwbench probe storage IOPS), time to
 first step 20 (hwbench probe startup, cold caches), recovery 20 (MTTR from the platform
 file). Missing data is shown as missing; its weight is not redistributed: total counts it
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.cli.options import check_out, print_document
+from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
@@ -58,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="rental|tco:MODEL.toml",
         help="what compute density divides by: the rental price of a device-hour (default), or the cost of "
         "owning it per used hour under a TCO model (hwbench tco)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="the GEMM dtype compute density (and TFLOPS per watt) takes, e.g. fp8 or int8 (TOPS) "
+        "(default: bf16/fp16 on accelerators, fp32 on CPUs)",
     )
     parser.add_argument("--json", action="store_true", help="print the score document as JSON instead of the table")
     parser.add_argument(
@@ -111,8 +118,21 @@ def render(doc: dict[str, Any]) -> str:
                 lines.append(f"cost: {p['name']}: {entry['source']['usd_per_hour']:.4g} USD per used hour ({price})")
             elif price:
                 lines.append(f"price: {p['name']}: {entry['source']['usd_per_hour']:g} USD/hour ({price})")
+    lines.append(_dtype_line(doc))
     lines.append(f"weights: {doc['weights_source']}; {doc['total_means']}")
     return "\n".join(lines)
+
+
+def _dtype_line(doc: dict[str, Any]) -> str:
+    """Which GEMM dtype compute density took for each platform, and why."""
+    if "compute_density" not in doc["dimensions"]:
+        return f"compute density: not in the matrix (dtype {doc['compute_dtype']})"
+    used = [f"{p['name']} {p['dimensions']['compute_density']['source'].get('dtype') or '-'}" for p in doc["platforms"]]
+    chosen = doc["compute_dtype"]
+    how = (
+        f"the {chosen.replace(' (', ': ').rstrip(')')}; --dtype chooses" if chosen.startswith("default") else "--dtype"
+    )
+    return f"compute density: GEMM dtype {', '.join(used)} ({how})"
 
 
 def _cost_basis(text: str, catalog: Catalog) -> CostBasis | None:
@@ -128,6 +148,8 @@ def _cost_basis(text: str, catalog: Catalog) -> CostBasis | None:
 def main(args: argparse.Namespace) -> int:
     """Score the platforms; 0 on success, 2 on bad input (an existing --out among it)."""
     check_out(args.out)
+    if args.dtype is not None and args.dtype not in DTYPE_BYTES:
+        raise UserError(f"--dtype {args.dtype!r} is not a dtype hwbench knows; use one of {', '.join(DTYPE_BYTES)}")
     dims, origin = load_weights(args.weights)
     catalog = Catalog.load(args.catalog)
     cost = _cost_basis(args.cost, catalog)
@@ -136,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
-    doc = score_platforms(platforms, dims, catalog, origin, cost)
+    doc = score_platforms(platforms, dims, catalog, origin, cost, args.dtype)
     text = json.dumps(doc, indent=1)
     print_document(text, render(doc), args.out, args.json, "score document")
     return 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.core.dtypes import DTYPE_BYTES, is_integer
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
@@ -22,6 +22,8 @@ from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
 
 SIXTEEN_BIT = ("bf16", "fp16")
+#: What compute density takes by default, said in the score document.
+DEFAULT_DTYPES = "bf16/fp16 on accelerators, fp32 on CPUs"
 ACCELERATOR_KINDS = ("gpu", "accelerator")
 #: The matrix's network figure is for this many nodes.
 MATRIX_RANKS = 8
@@ -87,10 +89,11 @@ class CostBasis:
 
 
 def gemm_candidates(
-    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None
+    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None, dtype: str | None = None
 ) -> list[tuple[Loaded, int, dict[str, Any]]] | str:
-    """The ok GEMM records (with TFLOPS) compute density chooses among: bf16/fp16 where the files
-    have an accelerator, fp32 on CPUs; only those ``wanted`` accepts. Or the reason there is none."""
+    """The ok GEMM records (with TFLOPS) compute density chooses among: ``dtype``'s where it is
+    given, else bf16/fp16, on the accelerators where the files have one, else on the CPUs (fp32
+    by default); only those ``wanted`` accepts. Or the reason there is none."""
     rows = [
         (f, i, r, f.device_kind(r))
         for f in files
@@ -98,35 +101,38 @@ def gemm_candidates(
         if r["metrics"].get("tflops") and (wanted is None or wanted(r))
     ]
     accel = [row for row in rows if row[3] in ACCELERATOR_KINDS]
-    if accel:
-        chosen = [row for row in accel if row[2]["dtype"] in SIXTEEN_BIT]
-        if not chosen:
-            dtypes = ", ".join(sorted({row[2]["dtype"] for row in accel}))
-            return (
-                f"no ok bf16/fp16 GEMM record on the accelerator (only {dtypes}); "
-                "run hwbench run --kernel gemm --dtype bf16,fp16"
-            )
-    else:
-        chosen = [row for row in rows if row[2]["dtype"] == "fp32"]
-        if not chosen:
-            return "no ok GEMM record (fp32 on a CPU, bf16/fp16 on an accelerator)"
-    return [row[:3] for row in chosen]
+    pool = accel or rows
+    where = "the accelerator" if accel else "the CPU"
+    asked = (dtype,) if dtype else (SIXTEEN_BIT if accel else ("fp32",))
+    chosen = [row for row in pool if row[2]["dtype"] in asked]
+    if chosen:
+        return [row[:3] for row in chosen]
+    if not pool:
+        return f"no ok GEMM record ({dtype} asked for)" if dtype else f"no ok GEMM record ({DEFAULT_DTYPES})"
+    have = ", ".join(sorted({row[2]["dtype"] for row in pool}))
+    names = "/".join(asked)
+    return (
+        f"no ok {names} GEMM record on {where} (only {have}); run hwbench run --kernel gemm --dtype {','.join(asked)}"
+    )
 
 
 def best_gemm(
-    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None
+    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None, dtype: str | None = None
 ) -> tuple[Loaded, int, dict[str, Any]] | str:
     """The candidate GEMM record (:func:`gemm_candidates`) with the most TFLOPS, or why there is none."""
-    rows = gemm_candidates(files, wanted)
+    rows = gemm_candidates(files, wanted, dtype)
     if isinstance(rows, str):
         return rows
     return max(rows, key=lambda row: row[2]["metrics"]["tflops"])
 
 
-def compute_density(platform: Platform, dim: Dimension, catalog: Catalog, cost: CostBasis | None = None) -> Raw:
-    """Best achieved GEMM TFLOPS (16-bit on accelerators, fp32 on CPUs) per USD/hour of one device:
-    its rental price, or with ``cost`` what that basis says an hour of the device costs."""
-    found = best_gemm(platform.results)
+def compute_density(
+    platform: Platform, dim: Dimension, catalog: Catalog, cost: CostBasis | None = None, dtype: str | None = None
+) -> Raw:
+    """Best achieved GEMM TFLOPS (``dtype``'s, else 16-bit on accelerators and fp32 on CPUs; TOPS
+    for integers) per USD/hour of one device: its rental price, or with ``cost`` what that basis
+    says an hour of the device costs."""
+    found = best_gemm(platform.results, dtype=dtype)
     if isinstance(found, str):
         return Raw(None, reason=found)
     loaded, index, record = found
@@ -162,9 +168,9 @@ def _energy_reason(loaded: Loaded, record: dict[str, Any]) -> str:
     return "the file has no energy readings (a run where the device's power or energy is readable records them)"
 
 
-def tflops_per_watt(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
+def tflops_per_watt(platform: Platform, dim: Dimension, catalog: Catalog, dtype: str | None = None) -> Raw:
     """Highest ``energy.tflops_per_watt`` among the GEMM records compute density chooses among."""
-    rows = gemm_candidates(platform.results)
+    rows = gemm_candidates(platform.results, dtype=dtype)
     if isinstance(rows, str):
         return Raw(None, reason=rows)
     measured = [
@@ -280,14 +286,21 @@ def score_platforms(
     catalog: Catalog,
     weights_source: str = "default",
     cost: CostBasis | None = None,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """The score document: the matrix, then each platform's dimensions, totals and rank; compute
-    density per rental price, or per what ``cost`` says an hour of a device costs."""
+    density per rental price, or per what ``cost`` says an hour of a device costs, of ``dtype``'s
+    GEMM records (default :data:`DEFAULT_DTYPES`)."""
     figures: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = dict(FIGURES)
-    if cost is not None:
-        figures["compute_density"] = partial(compute_density, cost=cost)
-    if cost is not None and "compute_density" in dims:
-        dims = {**dims, "compute_density": replace(dims["compute_density"], unit=cost.unit)}
+    figures["compute_density"] = partial(compute_density, cost=cost, dtype=dtype)
+    figures["tflops_per_watt"] = partial(tflops_per_watt, dtype=dtype)
+    if "compute_density" in dims:
+        unit = cost.unit if cost is not None else dims["compute_density"].unit
+        if dtype and is_integer(dtype):
+            unit = unit.replace("TFLOPS", "TOPS")
+        dims = {**dims, "compute_density": replace(dims["compute_density"], unit=unit)}
+    if "tflops_per_watt" in dims and dtype and is_integer(dtype):
+        dims = {**dims, "tflops_per_watt": replace(dims["tflops_per_watt"], unit="TOPS/W")}
     raws = {p.name: {name: figures[name](p, dim, catalog) for name, dim in dims.items()} for p in platforms}
     best = {
         name: _best(dim, [v for v in (raws[p.name][name].value for p in platforms) if v is not None])
@@ -331,6 +344,7 @@ def score_platforms(
         "kind": "hwbench-score",
         "weights_source": weights_source,
         "cost_basis": cost.name if cost is not None else "rental",
+        "compute_dtype": dtype or f"default ({DEFAULT_DTYPES})",
         "dimensions": {name: dim.as_json() for name, dim in dims.items()},
         "total_means": TOTAL_MEANS,
         "platforms": out,
