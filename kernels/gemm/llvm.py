@@ -294,8 +294,9 @@ def prepare_cpu(
     ``blocking`` overrides the cache blocking (``mc``, ``nc``, ``kc``) and
     ``target`` the CPU model/features (default: the host) -- both for tuning/tests.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    known = DTYPES + llvm_lowp.DTYPES + llvm_bf16.DTYPES
+    if dtype not in known:
+        raise ValueError(f"dtype must be one of {known}, got {dtype!r}")
     np_dtype = storage_dtype(dtype)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     a, bm = inputs["A"], inputs["B"]

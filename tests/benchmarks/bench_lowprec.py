@@ -2,10 +2,12 @@
 
     python tests/benchmarks/bench_lowprec.py [--size 2048] [--reps 10] [--rounds 3]
 
-int8: the llvmlite kernel (vpdpbusd or its widening fallback) against ``torch._int_mm`` and
-against the llvmlite fp32 GEMM, in operations per second; bf16: the llvmlite kernel (vdpbf16ps
-or its fallback) against ``torch.matmul`` in bf16. Contenders run in alternating rounds with a
-pause between them (torch's OpenMP workers spin a while after a call); medians are compared.
+int8: the llvmlite kernel a run takes (AMX tiles where the CPU has them, else vpdpbusd, else
+the widening fallback) against ``torch._int_mm`` and against the llvmlite fp32 GEMM, in
+operations per second; bf16: the same choice (AMX, vdpbf16ps, widening) against ``torch.matmul``
+in bf16. Where AMX runs, the vector dot-product kernels are timed beside it too. Contenders
+run in alternating rounds with a pause between them (torch's OpenMP workers spin a while
+after a call); medians are compared.
 Every output is checked against the float64 reference first (int8 exactly). Targets (issue):
 int8 >= 1.0x torch int8 and >= 2.5x llvmlite fp32; bf16 >= 0.8x torch bf16.
 """
@@ -31,19 +33,22 @@ def _contenders(n: int, threads: int) -> tuple[dict[str, Callable[[], object]], 
     shape = {"M": n, "N": n, "K": n}
     calls: dict[str, Callable[[], object]] = {}
     notes: dict[str, str] = {}
-    for dtype, module in (("int8", llvm_lowp), ("bf16", llvm_bf16), ("fp32", gemm)):
+    for dtype, vector in (("int8", llvm_lowp), ("bf16", llvm_bf16), ("fp32", None)):
         inputs = GEMM.make_inputs(shape, dtype, seed=1)
-        if dtype == "fp32":
-            kernel = gemm.prepare_cpu(inputs, shape, "fp32", threads=threads)
-        else:
-            kernel = module.prepare_cpu(inputs, shape, threads=threads)
-        kernel.run()
         ref = GEMM.reference(inputs, shape)
+        kernel = gemm.prepare_cpu(inputs, shape, dtype, threads=threads)  # the path a run takes
+        kernel.run()
         assert check(kernel.output, ref, GEMM.tolerance(dtype, shape)).passed, f"llvm {dtype} fails parity"
         calls[f"llvm {dtype}"] = kernel.run
         notes[f"llvm {dtype}"] = str(kernel.config.get("path", "fma"))
-        if dtype == "fp32":
+        if vector is None:
             continue
+        if kernel.config.get("path") == "amx":  # the vector dot products beside the tiles
+            other = vector.prepare_cpu(inputs, shape, threads=threads)
+            other.run()
+            assert check(other.output, ref, GEMM.tolerance(dtype, shape)).passed, f"llvm {dtype} vector fails"
+            calls[f"llvm {dtype} vec"] = other.run
+            notes[f"llvm {dtype} vec"] = str(other.config["path"])
         kind = torch.int8 if dtype == "int8" else torch.bfloat16
         a, b = (torch.from_numpy(inputs[x]).to(kind) for x in ("A", "B"))
         if dtype == "int8":
@@ -73,7 +78,7 @@ def main() -> None:
     print(f"GEMM {args.size}^3 on {threads} cores, load average {os.getloadavg()[0]:.2f}")
     for name, seconds in medians.items():
         unit = "GOPS" if "int8" in name else "GFLOPS"
-        print(f"  {name:<11} {seconds * 1e3:9.2f} ms {ops / seconds / 1e9:9.1f} {unit:<6}  ({notes[name]})")
+        print(f"  {name:<15} {seconds * 1e3:9.2f} ms {ops / seconds / 1e9:9.1f} {unit:<6}  ({notes[name]})")
     ratios = (
         ("llvm int8 / torch int8", "llvm int8", "torch int8", 1.0),
         ("llvm int8 / llvm fp32", "llvm int8", "llvm fp32", 2.5),
