@@ -62,7 +62,7 @@ BLOCK = 2 * ROWS  # a 32 x 32 block of C: 2 x 2 tiles
 TILE_BYTES = ROWS * ROW_BYTES
 STEP_BYTES = 2 * TILE_BYTES  # a panel's two tiles for one step along K
 #: Upper bounds baked into the workspace: rows of A / columns of B per program, K bytes per slice.
-MAX_BLOCK = {"mc": 1024, "nc": 1024, "kc_bytes": 1024}
+MAX_BLOCK = {"mc": 1024, "nc": 2048, "kc_bytes": 1024}
 #: Linux's arch_prctl: its syscall number on x86-64, the request and the tile-data feature.
 SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
 
@@ -275,24 +275,26 @@ def _emit_pack_b(
     vty = ir.VectorType(kind.source, BLOCK)
     half = ROW_BYTES // kind.element_bytes
     halves = [ir.Constant(ir.VectorType(I32, half), list(range(t * half, (t + 1) * half))) for t in (0, 1)]
-    with for_range(b, i64(0), ceil_div(b, nc, BLOCK), name="pbj") as jr:
-        col = b.mul(jr, i64(BLOCK))
-        left = b.sub(nc, col)
-        panel = b.mul(jr, b.mul(steps, i64(STEP_BYTES)))
-        with for_range(b, i64(0), b.mul(steps, i64(ROWS)), name="pbg") as g:
+    panel = b.mul(steps, i64(STEP_BYTES))
+    # Groups outer, panels inner: B is read row after row (page after page), not down its columns.
+    with for_range(b, i64(0), b.mul(steps, i64(ROWS)), name="pbg") as g:
+        ks = [b.add(b.mul(g, i64(kind.group)), i64(t)) for t in range(kind.group)]
+        inside = [b.icmp_signed("<", k, kc) for k in ks]
+        srcs = [b.mul(imin(b, k, b.sub(kc, i64(1))), ldb) for k in ks]
+        row = b.add(b.mul(b.sdiv(g, i64(ROWS)), i64(STEP_BYTES)), b.mul(b.srem(g, i64(ROWS)), i64(ROW_BYTES)))
+        with for_range(b, i64(0), ceil_div(b, nc, BLOCK), name="pbj") as jr:
+            col = b.mul(jr, i64(BLOCK))
+            left = b.sub(nc, col)
             rows = []
             for t in range(kind.group):
-                k = b.add(b.mul(g, i64(kind.group)), i64(t))
-                valid = b.select(b.icmp_signed("<", k, kc), left, i64(0))
-                at = elem_ptr(b, src, kind.source, b.add(b.mul(imin(b, k, b.sub(kc, i64(1))), ldb), col))
+                valid = b.select(inside[t], left, i64(0))
+                at = elem_ptr(b, src, kind.source, b.add(srcs[t], col))
                 rows.append(masked_load(b, at, vty, lane_mask(b, BLOCK, 0, valid)))
             packed = interleave(b, rows, BLOCK)
-            row = b.add(
-                b.add(panel, b.mul(b.sdiv(g, i64(ROWS)), i64(STEP_BYTES))), b.mul(b.srem(g, i64(ROWS)), i64(ROW_BYTES))
-            )
+            at_row = b.add(b.mul(jr, panel), row)
             for t in (0, 1):
                 part = b.shuffle_vector(packed, packed, halves[t])
-                store_vec(b, part, elem_ptr(b, dst, I8, b.add(row, i64(t * TILE_BYTES))), i64(0), align=ROW_BYTES)
+                store_vec(b, part, elem_ptr(b, dst, I8, b.add(at_row, i64(t * TILE_BYTES))), i64(0), align=ROW_BYTES)
 
 
 def build(target: LLVMTarget, dtype: str) -> ir.Module:
