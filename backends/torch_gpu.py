@@ -10,10 +10,11 @@ larger, the catalog's last-level cache (MI300X: 256 MB Infinity Cache behind 4 M
 Vendor specifics (library versions, loading a code object) live in ``cuda.py`` and
 ``rocm.py``.
 
-Natives on ``cuda`` and ``rocm`` are called as ``fn(tensors, out, shape, dtype)`` with the
-inputs as device tensors and an output tensor of the case's shape and dtype, and return
-``(call, config)``: ``call()`` computes and returns the output tensor (``out`` or a new one;
-where ``call.out`` names it, e.g. a host tensor, that is the one cleared before the timed calls).
+Natives on ``cuda`` and ``rocm`` are called as ``fn(tensors, out, shape, dtype)`` with the inputs
+as device tensors (fp8 and int8 as ``torch_gpu_lowp.py`` lays them out) and an output tensor of the
+case's shape and output dtype, and return ``(call, config)``: ``call()`` computes and returns the
+output tensor (``out`` or a new one; where ``call.out`` names it, e.g. a host tensor, that is the
+one cleared before the timed calls).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from hwbench.backends import torch_gpu_lowp as lowp
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
-from hwbench.core.dtypes import is_integer, torch_dtype
+from hwbench.core.dtypes import is_integer
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
@@ -281,7 +283,8 @@ class TorchGPUBackend(Backend):
             why = self.loader_missing() or (f"no {dtype} work-group kernel (CPU only)" if is_integer(dtype) else "")
             if why:
                 return Availability(False, why)
-        return super().supports(impl, dtype, device)
+        why = lowp.unsupported(impl, dtype, device)
+        return Availability(False, why) if why else super().supports(impl, dtype, device)
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         errors: list[type[BaseException]] = [KernelCompileError]
@@ -320,10 +323,7 @@ class TorchGPUBackend(Backend):
         import torch
 
         torch.cuda.set_device(device.index)
-        dev = f"cuda:{device.index}"
-        kind = torch_dtype(dtype)
-        tensors = {k: torch.from_numpy(v).to(dev).to(kind).contiguous() for k, v in inputs.items()}
-        out = torch.zeros(kernel.output_shape(shape), dtype=kind, device=dev)
+        tensors, out = lowp.device_tensors(kernel, inputs, shape, dtype, device)  # fp8: scaled, with scales
         if impl.kind == "native":
             _set_fp32_precision(dtype)
             call, config = load_callable(impl.entry)(tensors, out, shape, dtype)

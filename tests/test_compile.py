@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import hwbench_cmd
 
-from hwbench.compile.stats import amdgcn_stats, tensor_core_counts
+from hwbench.compile.stats import amdgcn_stats, short_form, tensor_core_counts
 from hwbench.results.files import validate
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
@@ -94,6 +95,28 @@ def test_tensor_cores_are_used_where_they_should_be(compiled: dict) -> None:
     for dtype in ("fp16", "bf16"):
         assert sum(by[("sm_90", f"attention_{dtype}_d128_causal")].values()) > 0
         assert by[("gfx942", f"attention_{dtype}_d128_causal")]["mfma"] > 0
+
+
+@pytest.mark.parametrize(
+    ("target", "variant", "form"),
+    [
+        ("sm_90", "gemm_fp8", r"^wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3$"),
+        ("sm_90", "gemm_int8", r"^wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.s32\.s8\.s8$"),
+        ("gfx942", "gemm_fp8", r"^v_mfma_f32_\d+x\d+x\d+_fp8_fp8$"),
+        ("gfx942", "gemm_int8", r"^v_mfma_i32_\d+x\d+x\d+_i8$"),
+    ],
+)
+def test_fp8_and_int8_gemm_use_their_tensor_core_instructions_without_spills(
+    compiled: dict, target: str, variant: str, form: str
+) -> None:
+    (r,) = [r for r in compiled["compile"] if (r["target"], r["impl"], r["variant"]) == (target, "triton", variant)]
+    assert r["status"] == "ok" and r["spilled"] is False, r
+    forms = r["tensor_core_forms"]
+    assert forms and all(re.match(form, f) for f in forms), forms
+    assert sum(forms.values()) == sum(r["tensor_core"].values()) > 0
+    assert r["config"]["BLOCK_K"] >= 64  # one-byte operands: at least bf16's bytes per stage
+    line = next(x for x in compiled["_stdout"].splitlines() if x.startswith(target) and f" {variant} " in x)
+    assert short_form(next(iter(forms))) in line
 
 
 @pytest.mark.parametrize("variant", ["gemm_bf16", "gemm_bf16_tma"])

@@ -36,7 +36,12 @@ def test_implementations_natives_first(name: str) -> None:
     gemm = backend.implementations("gemm")
     assert gemm[0].name == "torch_matmul" and gemm[0].kind == "native"
     assert {i.name for i in gemm} >= {"torch_matmul", "triton", "llvm"}
-    assert [i.dtypes for i in gemm if i.name == "triton"] == [("fp16", "bf16", "fp32", "tf32")]
+    assert [i.dtypes for i in gemm if i.name == "triton"] == [("fp16", "bf16", "fp32", "tf32", "fp8", "int8")]
+    assert {i.name: i.dtypes for i in gemm if i.name.startswith("torch_")} == {
+        "torch_matmul": ("fp16", "bf16", "fp32", "tf32", "fp64"),
+        "torch_scaled_mm": ("fp8",),
+        "torch_int_mm": ("int8",),
+    }
     attention = backend.implementations("attention")
     assert [i.name for i in attention] == ["torch_sdpa", "triton", "llvm"]
     allreduce = implementations(backend, "allreduce")  # run by hwbench.collective, not prepared

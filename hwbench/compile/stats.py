@@ -47,6 +47,7 @@ def base_record(kernel: str, impl: str, arch: str, variant: str, dtype: str | No
         "shared_bytes": None,
         "private_bytes": None,
         "tensor_core": {"mma": 0, "wgmma": 0, "mfma": 0},
+        "tensor_core_forms": {},
         "compile_s": None,
         "assembler": None,
     }
@@ -66,6 +67,26 @@ def tensor_core_counts(assembly: str) -> dict[str, int]:
         "wgmma": len(re.findall(r"^\s*wgmma\.mma_async", assembly, re.M)),
         "mfma": len(re.findall(r"^\s*v_mfma_", assembly, re.M)),
     }
+
+
+_FORM = re.compile(r"^\s*((?:wgmma\.mma_async|mma)\.[\w.]+|v_mfma_\w+)", re.M)
+
+
+def tensor_core_forms(assembly: str) -> dict[str, int]:
+    """Each tensor-core instruction form and its count: the PTX opcode with its shape and types
+    (``wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3``, ``mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32``)
+    or the AMDGCN mnemonic (``v_mfma_f32_32x32x16_fp8_fp8``, ``v_mfma_i32_32x32x16_i8``)."""
+    forms: dict[str, int] = {}
+    for found in _FORM.finditer(assembly):
+        forms[found.group(1)] = forms.get(found.group(1), 0) + 1
+    return dict(sorted(forms.items()))
+
+
+def short_form(form: str) -> str:
+    """A tensor-core instruction form without the qualifiers every one of its kind has."""
+    for noise in (".mma_async.sync.aligned", ".sync.aligned", ".row.col"):
+        form = form.replace(noise, "")
+    return form
 
 
 def find_ptxas(prefer_triton: bool, arch: str = "sm_90") -> str | None:
@@ -182,7 +203,7 @@ def variant_record(kernel: str, arch: str, variant: Mapping[str, Any], target: A
     """The compile record of one variant of a Triton source's ``compile_variants``."""
     record = base_record(kernel, "triton", arch, variant["name"], variant["dtype"])
     record["config"] = dict(variant["config"])
-    skip = _precision_skip(target, variant.get("precision"))
+    skip = variant.get("skip") or _precision_skip(target, variant.get("precision"))
     if skip:
         record.update(status="skipped", reason=skip)
         return record
@@ -209,8 +230,14 @@ def _stats(asm: dict[str, Any], arch: str, prefer_triton: bool) -> dict[str, Any
         ptxas = find_ptxas(prefer_triton, arch)
         if ptxas is None:
             raise RuntimeError("no ptxas on PATH and no Triton install to borrow one from")
-        return {**ptxas_stats(asm["ptx"], ptxas), "tensor_core": tensor_core_counts(asm["ptx"])}
-    return {**amdgcn_stats(asm["amdgcn"]), "tensor_core": tensor_core_counts(asm["amdgcn"])}
+        text = asm["ptx"]
+        return {
+            **ptxas_stats(text, ptxas),
+            "tensor_core": tensor_core_counts(text),
+            "tensor_core_forms": tensor_core_forms(text),
+        }
+    text = asm["amdgcn"]
+    return {**amdgcn_stats(text), "tensor_core": tensor_core_counts(text), "tensor_core_forms": tensor_core_forms(text)}
 
 
 def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
@@ -238,19 +265,22 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
 
 
 def summary_lines(records: list[dict[str, Any]]) -> list[str]:
-    """One line per record: status, registers, spills, shared memory, tensor-core instructions."""
+    """One line per record: status, registers, spills, shared memory, tensor-core instructions (their
+    count, then each form), or the reason."""
     lines = [
         f"{'target':<7} {'impl':<6} {'variant':<28} {'status':<13} {'regs':>5} {'spills':>6} "
         f"{'smem':>7} {'tc':>5} {'s':>6}"
     ]
     for r in records:
-        tc = sum(r["tensor_core"].values())
+        tc = sum(r["tensor_core"].get(kind, 0) for kind in ("mma", "wgmma", "mfma"))
+        forms = ", ".join(short_form(f) for f in r.get("tensor_core_forms") or {})
         spills = "-" if r["spilled"] is None else ("yes" if r["spilled"] else "no")
         regs = "-" if r["registers"] is None else str(r["registers"])
         smem = "-" if r["shared_bytes"] is None else str(r["shared_bytes"])
         secs = "-" if r["compile_s"] is None else f"{r['compile_s']:.2f}"
         lines.append(
             f"{r['target']:<7} {r['impl']:<6} {r['variant']:<28} {r['status']:<13} {regs:>5} {spills:>6} "
-            f"{smem:>7} {tc:>5} {secs:>6}" + (f"  {r['reason'][:100]}" if r["reason"] else "")
+            f"{smem:>7} {tc:>5} {secs:>6}"
+            + (f"  {r['reason'][:100]}" if r["reason"] else f"  {forms}" if forms else "")
         )
     return lines

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared
-from hwbench.core.errors import UserError
+from hwbench.core.errors import NotApplicable, UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
 from hwbench.core.records import failed, new_record
@@ -214,6 +214,8 @@ class Pipeline:
         inputs = self.inputs(case)
         try:
             return case.backend.prepare(case.impl, case.kernel, inputs, case.shape, case.dtype, case.device)
+        except NotApplicable as exc:
+            raise CaseSkipped(str(exc)) from exc
         except case.backend.compile_errors() as exc:
             raise CaseFailed("compile_error", error_line(exc)) from exc
         except Exception as exc:

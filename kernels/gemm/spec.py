@@ -6,11 +6,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hwbench.core.dtypes import DTYPE_BYTES, UNIT_ROUNDOFF, accumulator, is_integer, output_dtype, storage_dtype
+from hwbench.core.dtypes import DTYPE_BYTES, TABLE, UNIT_ROUNDOFF, accumulator, is_integer, output_dtype, storage_dtype
 from hwbench.core.kernel import Kernel, Native, Shape, ShapeParam, Source, Tolerance, seeded_uniform, sqrt_int
 
 TORCH_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp64")
 TORCH_MISSING = "torch is not installed (pip install torch)"
+#: Per-tensor scales of the fp8 implementations: operand X is kept on the device as X * 2**e (exact:
+#: |X| <= 1 stays within e4m3's range, e4m3fnuz's included) and its scale is 2**-e.
+FP8_SCALE_EXPONENTS = {"A": 6, "B": 7}
+#: Unit roundoff of the fp8 tensor cores' own accumulation within one instruction group (about 14
+#: significand bits on Hopper, reported for H800 in DeepSeek-V3's technical report, section 3.3.2).
+FP8_TENSOR_CORE_ROUNDOFF = 2.0**-14
 PYCLBLAST_MISSING = (
     "pyclblast is not installed (pip install 'hwbench[clblast]'; "
     "building it needs CLBlast: apt-get install libclblast-dev ocl-icd-opencl-dev)"
@@ -23,7 +29,10 @@ def _mnk(m: int, n: int, k: int) -> dict[str, int]:
 
 class GEMM(Kernel):
     """Dense matrix multiply; float inputs uniform in [-1, 1) so |C| grows like sqrt(K); int8
-    inputs uniform integers in [-128, 127], summed exactly in int32 (C is int32)."""
+    inputs uniform integers in [-128, 127], summed exactly in int32 (C is int32); fp8 (e4m3) inputs
+    uniform in [-1, 1] rounded to e4m3, so every product is exact, summed in fp32 (C is fp32). The
+    fp8 implementations keep the operands scaled by powers of two on the device (per-tensor scales,
+    :data:`FP8_SCALE_EXPONENTS`) and undo them on the fp32 sum: exact, so parity sees the scales."""
 
     name = "gemm"
     description = "C = A @ B, A: M x K, B: K x N, row-major"
@@ -32,7 +41,7 @@ class GEMM(Kernel):
         ShapeParam("N", "columns of B and C", aliases=("n",)),
         ShapeParam("K", "columns of A, rows of B", aliases=("k",)),
     )
-    dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16", "int8")
+    dtypes = ("fp32", "fp64", "tf32", "fp16", "bf16", "int8", "fp8")
     profiles = {
         "quick": (_mnk(1024, 1024, 1024), _mnk(333, 517, 259)),
         "standard": (
@@ -65,8 +74,9 @@ class GEMM(Kernel):
             "triton",
             "triton",
             "triton",
-            ("fp16", "bf16", "fp32", "tf32"),
-            "Triton gemm (kernels/gemm/triton.py), tuned over a small per-arch space",
+            ("fp16", "bf16", "fp32", "tf32", "fp8", "int8"),
+            "Triton gemm (kernels/gemm/triton.py; fp8 with per-tensor scales and int8 in triton_lowp.py), "
+            "tuned over a small per-arch space",
         ),
         Source(
             "llvm",
@@ -77,6 +87,10 @@ class GEMM(Kernel):
             "products, vpdpbusd / vdpbf16ps, or widening multiply-adds), work-group kernel on SIMT targets",
         ),
     )
+    #: The fp8 implementations' per-tensor scales (``backends/torch_gpu_lowp.py`` lays the operands out).
+    fp8_scale_exponents = FP8_SCALE_EXPONENTS
+    #: Operands the fp8 implementations take K-major (column-major B: cuBLASLt's fp8 GEMM needs it).
+    fp8_k_major = ("B",)
     natives = {
         "cpu": (
             Native(
@@ -116,6 +130,20 @@ class GEMM(Kernel):
         "cuda": (
             Native("torch_matmul", "cublas", "torch.matmul on cuBLAS", TORCH_DTYPES, "natives:torch_matmul"),
             Native(
+                "torch_scaled_mm",
+                "cublaslt",
+                "torch._scaled_mm on cuBLASLt: fp8 e4m3 x e4m3 with per-tensor scales, fp32 out (sm_89+)",
+                ("fp8",),
+                "natives_gpu_lowp:torch_scaled_mm",
+            ),
+            Native(
+                "torch_int_mm",
+                "cublas",
+                "torch._int_mm on cuBLAS(Lt): int8 x int8 -> int32 (M > 16, K and N multiples of 8)",
+                ("int8",),
+                "natives_gpu_lowp:torch_int_mm",
+            ),
+            Native(
                 "cupy_matmul",
                 "cupy",
                 "cupy.matmul on cuBLAS",
@@ -132,6 +160,20 @@ class GEMM(Kernel):
                 TORCH_DTYPES,
                 "natives:torch_matmul",
             ),
+            Native(
+                "torch_scaled_mm",
+                "hipblaslt",
+                "torch._scaled_mm on hipBLASLt: fp8 e4m3 (fnuz on gfx942) with per-tensor scales, fp32 out",
+                ("fp8",),
+                "natives_gpu_lowp:torch_scaled_mm",
+            ),
+            Native(
+                "torch_int_mm",
+                "hipblaslt",
+                "torch._int_mm on hipBLASLt: int8 x int8 -> int32 (M > 16, K and N multiples of 8)",
+                ("int8",),
+                "natives_gpu_lowp:torch_int_mm",
+            ),
         ),
     }
 
@@ -143,7 +185,7 @@ class GEMM(Kernel):
 
     def bytes_moved(self, shape: Shape, dtype: str) -> float:
         m, n, k = shape["M"], shape["N"], shape["K"]
-        out_bytes = output_dtype(dtype).itemsize if is_integer(dtype) else DTYPE_BYTES[dtype]
+        out_bytes = output_dtype(dtype).itemsize if TABLE[dtype].output else DTYPE_BYTES[dtype]
         return float(DTYPE_BYTES[dtype] * (m * k + k * n) + out_bytes * m * n)
 
     def make_inputs(self, shape: Shape, dtype: str, seed: int) -> dict[str, np.ndarray]:
@@ -163,7 +205,11 @@ class GEMM(Kernel):
             # int8 products summed in int32 are exact: no sum can leave int32 below K = 2**17
             # (K * 128 * 128 < 2**31), and the inputs' random signs keep |C| far smaller.
             return Tolerance(atol=0.0, rtol=0.0, exact=True)
-        u_acc, u_out = UNIT_ROUNDOFF[accumulator(dtype)], UNIT_ROUNDOFF[dtype]
+        # fp8: the inputs are exact and every product too (4 x 4 significand bits); C is written in
+        # fp32. The tensor cores sum the products of one instruction group in an accumulator narrower
+        # than fp32 (Hopper keeps about 14 significand bits) before the fp32 sum takes them.
+        u_acc = FP8_TENSOR_CORE_ROUNDOFF if dtype == "fp8" else UNIT_ROUNDOFF[accumulator(dtype)]
+        u_out = UNIT_ROUNDOFF["fp32" if dtype == "fp8" else dtype]
         atol = 2.0 * k * u_acc + 4.0 * sqrt_int(k) * u_out
         return Tolerance(atol=atol, rtol=4.0 * u_out)
 

@@ -17,7 +17,7 @@ Importing this module imports Triton: only backends and ``hwbench compile`` do."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import triton
@@ -26,6 +26,10 @@ import triton.language as tl
 from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
 from hwbench.kernels import triton_compat as compat
+from hwbench.kernels.gemm import triton_lowp as lowp
+from hwbench.kernels.gemm.triton_tiles import Config, arch_major, tile_of
+
+__all__ = ["Config", "configs", "launch", "launch_case", "plan", "tuning_space", "compile_variants"]
 
 KERNEL = "gemm"
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
@@ -33,17 +37,6 @@ DTYPES = ("fp16", "bf16", "fp32", "tf32")
 ELEMENT = {name: TABLE[name].triton for name in DTYPES}
 #: ``tl.dot`` input precision of each dtype.
 PRECISION = {"fp16": "ieee", "bf16": "ieee", "fp32": "ieee", "tf32": "tf32"}
-
-
-@triton.jit
-def _tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    """(row, column) of tile number ``tile`` in groups of ``GROUP_M`` tile rows (L2 reuse)."""
-    per_group = GROUP_M * tiles_n
-    first_m = (tile // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % per_group) % group_rows
-    pid_n = (tile % per_group) // group_rows
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -67,7 +60,7 @@ def gemm_kernel(
     PRECISION: tl.constexpr,
 ):
     """C[M, N] = A[M, K] @ B[K, N] for one BLOCK_M x BLOCK_N tile."""
-    pid_m, pid_n = _tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -111,7 +104,7 @@ def gemm_tma_kernel(
     tiles_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
-        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -123,42 +116,16 @@ def gemm_tma_kernel(
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-@dataclass(frozen=True)
-class Config:
-    """One point of the tuning space: the kernel (classic, or persistent with TMA), tile sizes,
-    grouping, warps and pipeline stages; ``note`` says why a TMA kernel was not used."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int = 8
-    num_warps: int = 4
-    num_stages: int = 3
-    extra: dict[str, Any] = field(default_factory=dict)  # backend options, e.g. AMD's waves_per_eu
-    tma: bool = False
-    note: str = ""
-
-    def constexprs(self) -> dict[str, int]:
-        """The kernel's tile constexprs."""
-        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m}
-
-    def options(self) -> dict[str, Any]:
-        """Launch/compile options (``num_warps``, ``num_stages`` and backend extras)."""
-        return {"num_warps": self.num_warps, "num_stages": self.num_stages, **self.extra}
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain form for results records."""
-        kind = {"kernel": "tma_persistent" if self.tma else "classic"}
-        return {**kind, **self.constexprs(), **self.options(), **({"note": self.note} if self.note else {})}
-
-
 def configs(arch: str, dtype: str) -> list[Config]:
-    """The small tuning space for ``arch`` (``sm_90``, ``sm_80``, ``gfx942``, ...); first = default.
+    """The small tuning space for ``arch`` (``sm_90``, ``sm_80``, ``gfx942``, ...); first = default
+    (fp8 and int8: :func:`hwbench.kernels.gemm.triton_lowp.configs`).
 
     The defaults compile without register spills for sm_80, sm_90, gfx90a and gfx942
     (``hwbench compile`` checks it); fp32 (IEEE) runs on FMA units, not tensor cores, so it
     gets tiles with fewer accumulators per thread.
     """
+    if dtype in lowp.DTYPES:
+        return lowp.configs(arch, dtype)
     wide = dtype in ("fp32", "tf32")
     if arch.startswith("gfx"):
         # CDNA: 64-wide waves, 64 KiB of LDS; Triton's AMD stream pipeliner wants num_stages 2.
@@ -168,7 +135,7 @@ def configs(arch: str, dtype: str) -> list[Config]:
         if wide:
             return [amd(128, 128, 32, 8, 0), amd(128, 128, 16, 4, 2), amd(64, 128, 32, 4, 2), amd(256, 128, 16, 8, 0)]
         return [amd(256, 128, 64, 8, 0), amd(128, 128, 64, 4, 2), amd(256, 256, 32, 8, 2), amd(128, 256, 64, 8, 0)]
-    major = _major(arch)
+    major = arch_major(arch)
     if dtype == "fp32":
         return [
             Config(128, 128, 32, 8, 8, 3),
@@ -207,12 +174,7 @@ COMPILE_SMS = 132
 
 def has_tma(arch: str) -> bool:
     """Whether ``arch`` has the Tensor Memory Accelerator (NVIDIA sm_90 and newer)."""
-    return arch.startswith("sm_") and _major(arch) >= 9
-
-
-def _major(arch: str) -> int:
-    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
-    return int(digits[:-1] or 0)
+    return arch.startswith("sm_") and arch_major(arch) >= 9
 
 
 def tma_configs(arch: str, dtype: str) -> list[Config]:
@@ -236,6 +198,8 @@ def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
     """Binding: the configurations a backend tunes over for one case: the persistent TMA kernel's
     (sm_90+, fp16/bf16/tf32, rows of 16-byte multiples) and the classic kernel's (:func:`configs`);
     where the shape rules TMA out on a TMA architecture, the classic configurations say why."""
+    if dtype in lowp.DTYPES:
+        return lowp.tuning_space(arch, dtype, shape)
     classic = configs(arch, dtype)
     tma = tma_configs(arch, dtype)
     why = tma_unfit(dtype, shape) if tma else ""
@@ -284,7 +248,8 @@ def launch(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | No
 
 def compile_variants(arch: str) -> list[dict[str, Any]]:
     """What ``hwbench compile`` builds: every dtype at its default configuration, and on sm_90+ the
-    TMA kernel at its first, each as the call :func:`plan` makes for :data:`COMPILE_SHAPE`."""
+    TMA kernel at its first, each as the call :func:`plan` makes for :data:`COMPILE_SHAPE`; then fp8
+    and int8 (:func:`hwbench.kernels.gemm.triton_lowp.compile_variants`)."""
     m, n, k = COMPILE_SHAPE["M"], COMPILE_SHAPE["N"], COMPILE_SHAPE["K"]
     variants = []
     for dtype in DTYPES:
@@ -303,9 +268,13 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
                     "precision": PRECISION[dtype],
                 }
             )
-    return variants
+    return variants + lowp.compile_variants(arch)
 
 
 def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
-    """Binding: one launch on the case's device tensors ``A``, ``B`` into ``out``."""
+    """Binding: one launch on the case's device tensors ``A``, ``B`` into ``out`` (fp8 and int8:
+    :func:`hwbench.kernels.gemm.triton_lowp.launch_case`)."""
+    if dtype in lowp.DTYPES:
+        lowp.launch_case(inputs, out, shape, dtype, config)
+        return
     launch(inputs["A"], inputs["B"], out, dtype, config)
