@@ -88,6 +88,10 @@ class BurnJob:
     seed: int = 0
 
 
+#: Floating-point dtypes burn does not choose by itself (see :func:`ranked_dtypes`).
+NOT_BURNED = ("fp8",)
+
+
 def ranked_dtypes(kernel: Kernel, device: DeviceInfo) -> list[str]:
     """The kernel's dtypes, best first: fp32 on a CPU; elsewhere the highest peak, ties to the
     widest significand (whose exact checks hold at larger K), then those without a peak in the
@@ -101,7 +105,9 @@ def ranked_dtypes(kernel: Kernel, device: DeviceInfo) -> list[str]:
             return (-float(peak), -significand_bits(dtype))
         return (math.inf, order.get(dtype, len(order)))
 
-    ranked = sorted((d for d in kernel.dtypes if not is_integer(d)), key=rank)  # its checks are for floats
+    # Its checks are for floats, exact where the significand holds the sums: not integers, and not
+    # fp8, whose 4 bits hold an exact sum of integer products only up to K = 16 (--dtype still can).
+    ranked = sorted((d for d in kernel.dtypes if not is_integer(d) and d not in NOT_BURNED), key=rank)
     if device.kind == "cpu" and "fp32" in ranked:
         ranked.remove("fp32")
         ranked.insert(0, "fp32")
