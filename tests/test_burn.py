@@ -200,7 +200,7 @@ def _one_line(err: str) -> str:
         (["--interval", "0.01"], "--interval must be at least"),
         (["--check-every", "0"], "--check-every must be a positive"),
         (["--check-iterations", "0"], "--check-iterations must be a positive"),
-        (["--dtype", "fp8"], "unknown GEMM dtype 'fp8'"),
+        (["--dtype", "fp7"], "unknown GEMM dtype 'fp7'"),
         (["--shape", "attention:S=64"], "a burn runs gemm"),
         (["--shape", "stream:n=64"], "a burn runs gemm (and stream with --stream)"),
         (["--backend", "nope"], "unknown backend 'nope'"),

@@ -104,7 +104,7 @@ def test_list_json_names_every_backend_with_a_reason() -> None:
     [
         (("run", "--backend", "tpu"), ("unknown backend 'tpu'", "cpu")),
         (("run", "--kernel", "conv"), ("unknown kernel 'conv'", "gemm")),
-        (("run", "--dtype", "fp8"), ("unknown dtype 'fp8'", "fp32")),
+        (("run", "--dtype", "fp7"), ("unknown dtype 'fp7'", "fp32")),
         (("run", "--shape", "gemm:M=10,N=10"), ("needs K=",)),
         (("run", "--shape", "gemm M=10"), ("malformed --shape",)),
         (("run", "--shape", "gemm:M=ten,N=1,K=1"), ("not an integer",)),

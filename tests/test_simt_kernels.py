@@ -264,10 +264,12 @@ def test_the_opencl_backend_runs_the_simt_kernels(kernel: str, dtype: str) -> No
     assert record["config"]["model"] == "simt" and record["config"]["target"].startswith("spirv64")
 
 
-def test_the_cpu_backend_says_its_llvm_kernels_are_fp32_and_fp64() -> None:
+def test_the_cpu_backend_says_which_dtypes_its_llvm_kernels_compute() -> None:
     from hwbench.core.registry import get_backend
 
     backend = get_backend("cpu")
     impl = next(i for i in backend.implementations("gemm") if i.name == "llvm")
     reason = backend.supports(impl, "fp16", backend.devices()[0]).reason
-    assert "compute fp32, fp64, not fp16" in reason
+    assert "compute fp32, fp64, int8, bf16, not fp16" in reason  # GEMM's dot-product kernels add int8, bf16
+    attention = next(i for i in backend.implementations("attention") if i.name == "llvm")
+    assert "compute fp32, fp64, not bf16" in backend.supports(attention, "bf16", backend.devices()[0]).reason
