@@ -9,7 +9,7 @@ registers): per ``kc`` slice a program packs its A block row-major with K padded
 tiles, and its B block into 32-column panels laid out as the tile instructions read them (per
 group of 4 int8 or 2 bf16 k values, each column's group side by side), zero past K, M and N.
 Interior blocks of C are loaded and stored as tiles; edge blocks go through a 32 x 32 scratch
-tile and masked vector stores.
+tile and masked vector stores. The A tiles of the next step along K are prefetched into L1.
 
 LLVM's ``*.internal`` AMX intrinsics take the tile shapes as operands and insert the tile
 configuration (``ldtilecfg``) themselves. Linux hands a process the AMX state only on request
@@ -61,6 +61,9 @@ ROWS, ROW_BYTES = 16, 64  # one tile: 16 rows of 64 bytes
 BLOCK = 2 * ROWS  # a 32 x 32 block of C: 2 x 2 tiles
 TILE_BYTES = ROWS * ROW_BYTES
 STEP_BYTES = 2 * TILE_BYTES  # a panel's two tiles for one step along K
+#: Steps along K ahead that the A tiles are prefetched into L1 (A streams from L2 while a B panel
+#: stays in L1; the hardware prefetchers leave tile loads waiting, measured 15-35 % slower without).
+PREFETCH_STEPS = 1
 #: Upper bounds baked into the workspace: rows of A / columns of B per program, K bytes per slice.
 MAX_BLOCK = {"mc": 1024, "nc": 2048, "kc_bytes": 1024}
 #: Linux's arch_prctl: its syscall number on x86-64, the request and the tile-data feature.
@@ -137,6 +140,7 @@ def _tiles(module: ir.Module, kind: Kind) -> dict[str, ir.Function]:
         "load": intrinsic(module, "llvm.x86.tileloadd64.internal", TILE, [I16, I16, PTR, I64]),
         "store": intrinsic(module, "llvm.x86.tilestored64.internal", VOID, [I16, I16, PTR, I64, TILE]),
         "dot": intrinsic(module, kind.instruction, TILE, [I16, I16, I16, TILE, TILE, TILE]),
+        "prefetch": intrinsic(module, "llvm.prefetch.p0", VOID, [PTR, I32, I32, I32]),
     }
 
 
@@ -163,6 +167,12 @@ def _emit_block(module: ir.Module, kind: Kind) -> ir.Function:
             b_at = elem_ptr(b, pb_jr, I8, b.mul(s, i64(STEP_BYTES)))
             a = [b.call(op["load"], [rows, width, elem_ptr(b, a_at, I8, i64(u * TILE_BYTES)), stride]) for u in (0, 1)]
             bt = [b.call(op["load"], [rows, width, elem_ptr(b, b_at, I8, i64(t * TILE_BYTES)), stride]) for t in (0, 1)]
+            ahead = elem_ptr(b, a_at, I8, i64(PREFETCH_STEPS * STEP_BYTES))  # past a panel's end: the next one's
+            for line in range(0, STEP_BYTES, 64):
+                b.call(
+                    op["prefetch"],
+                    [elem_ptr(b, ahead, I8, i64(line)), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)],
+                )
             return [
                 b.call(op["dot"], [rows, width, width, acc[2 * u + t], a[u], bt[t]]) for u in (0, 1) for t in (0, 1)
             ]
