@@ -26,6 +26,7 @@ from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
 from hwbench.kernels.gemm import llvm_amx, llvm_bf16, llvm_lowp, simt
+from hwbench.kernels.gemm.llvm_panels import store_micro_tile
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
 from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
 from hwbench.kernels.llvmir.irutil import (
@@ -45,7 +46,6 @@ from hwbench.kernels.llvmir.irutil import (
     load_vec,
     loop_carry,
     masked_load,
-    masked_store,
     scalar_type,
     splat,
     store_vec,
@@ -92,15 +92,7 @@ def _emit_micro(module: ir.Module, dtype: str, vw: int) -> ir.Function:
         return out
 
     acc = loop_carry(b, i64(0), kc, 1, [zero] * (MR * NR_VECTORS), step, name="k")
-    masks = [lane_mask(b, vw, v * vw, nvalid) for v in range(NR_VECTORS)]
-    for r in range(MR):
-        with b.if_then(b.icmp_signed(">", mvalid, i64(r)), likely=True):
-            row = b.mul(i64(r), ldc)
-            for v in range(NR_VECTORS):
-                p = elem_ptr(b, c, t, b.add(row, i64(v * vw)))
-                old = masked_load(b, p, vty, masks[v])
-                val = b.select(first, acc[r * NR_VECTORS + v], b.fadd(acc[r * NR_VECTORS + v], old))
-                masked_store(b, val, p, masks[v])
+    store_micro_tile(b, acc, c, ldc, (mvalid, nvalid), first, MR, vw)
     b.ret_void()
     return fn
 

@@ -14,17 +14,17 @@ Two paths compute ``acc += a0 b0 + a1 b1`` per fp32 lane, chosen by the target's
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
-from hwbench.core.launch import Launch, buffer, output
-from hwbench.core.launch import i64 as i64_arg
+from hwbench.core.launch import Launch
 from hwbench.kernels.gemm.llvm_lowp import interleave
-from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
-from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
+from hwbench.kernels.gemm.llvm_panels import Panels, emit_micro_loops, store_micro_tile
+from hwbench.kernels.gemm.llvm_panels import blocking as panel_blocking
+from hwbench.kernels.gemm.llvm_panels import launch as panel_launch
+from hwbench.kernels.gemm.llvm_panels import prepare as panel_prepare
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import (
     F32,
     I1,
@@ -44,11 +44,10 @@ from hwbench.kernels.llvmir.irutil import (
     load_vec,
     loop_carry,
     masked_load,
-    masked_store,
     splat,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
 
 KERNEL = "gemm"
 DTYPES = ("bf16",)
@@ -64,6 +63,10 @@ def path(target: CPUTarget) -> str:
     """``bf16dp`` where the target has AVX-512 BF16 on 512-bit vectors, else ``widening``."""
     enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     return "bf16dp" if "avx512bf16" in enabled and target.vector_width("fp32") == 16 else "widening"
+
+
+#: The packed-panel geometry (kc of 768 bf16 values).
+PANELS = Panels("bf16", MR, NR_VECTORS, GROUP, MAX_BLOCK, 768, path, lane_dtype="fp32")
 
 
 def _to_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -117,15 +120,7 @@ def _emit_micro(module: ir.Module, kind: str, vw: int) -> ir.Function:
         return out
 
     acc = loop_carry(b, i64(0), kg, 1, [ir.Constant(vty, None)] * (MR * NR_VECTORS), step, name="g")
-    masks = [lane_mask(b, vw, v * vw, nvalid) for v in range(NR_VECTORS)]
-    for r in range(MR):
-        with b.if_then(b.icmp_signed(">", mvalid, i64(r)), likely=True):
-            crow = b.mul(i64(r), ldc)
-            for v in range(NR_VECTORS):
-                p = elem_ptr(b, c, F32, b.add(crow, i64(v * vw)))
-                old = masked_load(b, p, vty, masks[v])
-                val = b.select(first, acc[r * NR_VECTORS + v], b.fadd(acc[r * NR_VECTORS + v], old))
-                masked_store(b, val, p, masks[v])
+    store_micro_tile(b, acc, c, ldc, (mvalid, nvalid), first, MR, vw)
     b.ret_void()
     return fn
 
@@ -204,38 +199,15 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
             _emit_pack_b(b, vw, elem_ptr(b, bm, F32, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, kc, nc)
             _emit_pack_a(b, elem_ptr(b, a_blk, F32, p0), lda, pack_a, kc, mc)
             first = b.icmp_signed("==", p0, i64(0))
-            with for_range(b, i64(0), ceil_div(b, mc, MR), name="ir") as ir_:
-                row = b.mul(ir_, i64(MR))
-                pa = elem_ptr(b, pack_a, I32, b.mul(row, kg))
-                mvalid = imin(b, i64(MR), b.sub(mc, row))
-                with for_range(b, i64(0), ceil_div(b, nc, nr), name="jr") as jr:
-                    col = b.mul(jr, i64(nr))
-                    args_ = [
-                        pa,
-                        elem_ptr(b, pack_b, I32, b.mul(col, kg)),
-                        kg,
-                        elem_ptr(b, c_blk, F32, b.add(b.mul(row, ldc), col)),
-                        ldc,
-                        mvalid,
-                        imin(b, i64(nr), b.sub(nc, col)),
-                        first,
-                    ]
-                    b.call(micro, args_)
+            emit_micro_loops(b, PANELS, nr, micro, (pack_a, pack_b), c_blk, F32, (kg, mc, nc, ldc), first)
 
     target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
     return module
 
 
 def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc as :func:`.llvm_lowp.blocking` chooses them, kc in bf16 (2 bytes) values."""
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    nr = NR_VECTORS * target.vector_width("fp32")
-    kc = min(768, -(-k // GROUP) * GROUP)
-    nc = min(MAX_BLOCK["nc"] // nr * nr, -(-n // nr) * nr)
-    blocks_n = -(-n // nc)
-    blocks_m = max(-(-m // (20 * MR)), -(-2 * workers // blocks_n) if m >= 2 * MR * workers else 1)
-    rows = -(-m // blocks_m)
-    return {"mc": min(MAX_BLOCK["mc"], -(-rows // MR) * MR), "nc": nc, "kc": max(kc, GROUP)}
+    """mc/nc/kc as :func:`.llvm_panels.blocking` chooses them, kc in bf16 (2 bytes) values."""
+    return panel_blocking(PANELS, shape, target, workers)
 
 
 def launch(
@@ -243,24 +215,7 @@ def launch(
 ) -> Launch:
     """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
     programs; the record's config says which path (``bf16dp`` or ``widening``) the code takes."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no bf16 GEMM lowering for {type(target).__name__}")
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    workers = 1 if 2.0 * m * n * k < 2e6 else workers
-    blk = dict(blocks) if blocks else blocking(shape, target, workers)
-    vw = target.vector_width("fp32")
-    for key in ("mc", "nc", "kc"):
-        if not 1 <= int(blk[key]) <= MAX_BLOCK[key]:
-            raise ValueError(f"blocking {key}={blk[key]} outside [1, {MAX_BLOCK[key]}] for bf16")
-    if blk["kc"] % GROUP or blk["nc"] % (NR_VECTORS * vw):
-        raise ValueError(f"bf16 blocking needs kc even and nc a multiple of {NR_VECTORS * vw}, got {blk}")
-    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
-    args = (buffer("A"), buffer("B"), output()) + tuple(
-        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
-    )
-    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "path": path(target)}
-    record.update({"MR": MR, "NR": NR_VECTORS * vw, "VW": vw, "k_group": GROUP, "accumulate": "fp32"}, **blk)
-    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers)
+    return panel_launch(PANELS, shape, target, workers, blocks, {"accumulate": "fp32"})
 
 
 def prepare_cpu(
@@ -272,11 +227,4 @@ def prepare_cpu(
 ) -> PreparedKernel:
     """Bind bf16 ``C = A @ B`` (float32 arrays of bf16 values, C float32) for the host CPU, or
     ``target`` (another feature set, for tests); ``blocks`` overrides the cache blocking."""
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    a, bm = inputs["A"], inputs["B"]
-    if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np.float32 or bm.dtype != np.float32:
-        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of float32 holding bf16 values")
-    target = target or host_target()
-    threads = threads or default_threads()
-    plan = launch(shape, "bf16", target, threads, blocks)
-    return cpu_prepare(build, inputs, "bf16", plan, threads, target)
+    return panel_prepare(PANELS, build, inputs, shape, threads, blocks, target)

@@ -20,16 +20,16 @@ Two paths compute ``acc += a4 . b4`` per lane, chosen by the target's features:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
-from hwbench.core.launch import Launch, buffer, output
-from hwbench.core.launch import i64 as i64_arg
-from hwbench.kernels.llvmir.cpu_launch import PreparedKernel, default_threads
-from hwbench.kernels.llvmir.cpu_launch import prepare as cpu_prepare
+from hwbench.core.launch import Launch
+from hwbench.kernels.gemm.llvm_panels import Panels, emit_micro_loops, store_micro_tile
+from hwbench.kernels.gemm.llvm_panels import blocking as panel_blocking
+from hwbench.kernels.gemm.llvm_panels import launch as panel_launch
+from hwbench.kernels.gemm.llvm_panels import prepare as panel_prepare
+from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import (
     I1,
     I32,
@@ -47,10 +47,9 @@ from hwbench.kernels.llvmir.irutil import (
     load_vec,
     loop_carry,
     masked_load,
-    masked_store,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, host_target
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
 
 KERNEL = "gemm"
 DTYPES = ("int8",)
@@ -72,6 +71,10 @@ def path(target: CPUTarget) -> str:
 def lanes(target: CPUTarget) -> int:
     """i32 lanes of one vector (each lane one column of C)."""
     return target.vector_width("int32")
+
+
+#: The packed-panel geometry (kc of 1536 k values: the MR x kc A micro-panel ~21 KiB, in L1).
+PANELS = Panels("int8", MR, NR_VECTORS, GROUP, MAX_BLOCK, 1536, path)
 
 
 def _dot(b: ir.IRBuilder, kind: str, acc: ir.Value, a4: ir.Value, bv: ir.Value, vw: int) -> ir.Value:
@@ -121,15 +124,7 @@ def _emit_micro(module: ir.Module, kind: str, vw: int) -> ir.Function:
         return out
 
     acc = loop_carry(b, i64(0), kg, 1, [start[v % NR_VECTORS] for v in range(MR * NR_VECTORS)], step, name="g")
-    masks = [lane_mask(b, vw, v * vw, nvalid) for v in range(NR_VECTORS)]
-    for r in range(MR):
-        with b.if_then(b.icmp_signed(">", mvalid, i64(r)), likely=True):
-            crow = b.mul(i64(r), ldc)
-            for v in range(NR_VECTORS):
-                p = elem_ptr(b, c, I32, b.add(crow, i64(v * vw)))
-                old = masked_load(b, p, vty, masks[v])
-                val = b.select(first, acc[r * NR_VECTORS + v], b.add(acc[r * NR_VECTORS + v], old))
-                masked_store(b, val, p, masks[v])
+    store_micro_tile(b, acc, c, ldc, (mvalid, nvalid), first, MR, vw)
     b.ret_void()
     return fn
 
@@ -241,50 +236,16 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
             _emit_pack_b(b, vw, elem_ptr(b, bm, I8, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, corr, kc, nc)
             _emit_pack_a(b, elem_ptr(b, a_blk, I8, p0), lda, pack_a, kc, mc)
             first = b.icmp_signed("==", p0, i64(0))
-            with for_range(b, i64(0), ceil_div(b, mc, MR), name="ir") as ir_:
-                row = b.mul(ir_, i64(MR))
-                pa = elem_ptr(b, pack_a, I32, b.mul(row, kg))
-                mvalid = imin(b, i64(MR), b.sub(mc, row))
-                with for_range(b, i64(0), ceil_div(b, nc, nr), name="jr") as jr:
-                    col = b.mul(jr, i64(nr))
-                    args_ = [
-                        pa,
-                        elem_ptr(b, pack_b, I32, b.mul(col, kg)),
-                        kg,
-                        elem_ptr(b, corr, I32, col),
-                        elem_ptr(b, c_blk, I32, b.add(b.mul(row, ldc), col)),
-                        ldc,
-                        mvalid,
-                        imin(b, i64(nr), b.sub(nc, col)),
-                        first,
-                    ]
-                    b.call(micro, args_)
+            emit_micro_loops(b, PANELS, nr, micro, (pack_a, pack_b), c_blk, I32, (kg, mc, nc, ldc), first, corr)
 
     target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
     return module
 
 
 def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc: the MR x kc A micro-panel (~21 KiB) in L1, the nc x kc B block (~1.5 MiB) in
-    L2/L3, mc evened out so that every worker gets whole, equal programs."""
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    nr = NR_VECTORS * lanes(target)
-    kc = min(1536, -(-k // GROUP) * GROUP)
-    nc = min(MAX_BLOCK["nc"] // nr * nr, -(-n // nr) * nr)
-    blocks_n = -(-n // nc)
-    blocks_m = max(-(-m // (20 * MR)), -(-2 * workers // blocks_n) if m >= 2 * MR * workers else 1)
-    rows = -(-m // blocks_m)
-    mc = min(MAX_BLOCK["mc"], -(-rows // MR) * MR)
-    return {"mc": mc, "nc": nc, "kc": max(kc, GROUP)}
-
-
-def _check_blocking(blk: dict[str, int], nr: int) -> None:
-    """The workspace is sized for :data:`MAX_BLOCK`; kc must hold whole groups of 4."""
-    for key in ("mc", "nc", "kc"):
-        if not 1 <= int(blk[key]) <= MAX_BLOCK[key]:
-            raise ValueError(f"blocking {key}={blk[key]} outside [1, {MAX_BLOCK[key]}] for int8")
-    if blk["kc"] % GROUP or blk["nc"] % nr:
-        raise ValueError(f"int8 blocking needs kc a multiple of {GROUP} and nc of {nr}, got {blk}")
+    """mc/nc/kc (:func:`.llvm_panels.blocking`): the MR x kc A micro-panel (~21 KiB) in L1, the
+    nc x kc B block (~1.5 MiB) in L2/L3."""
+    return panel_blocking(PANELS, shape, target, workers)
 
 
 def launch(
@@ -292,20 +253,7 @@ def launch(
 ) -> Launch:
     """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
     programs; the record's config says which path (``vnni`` or ``widening``) the code takes."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no int8 GEMM lowering for {type(target).__name__}")
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    workers = 1 if 2.0 * m * n * k < 2e6 else workers
-    blk = dict(blocks) if blocks else blocking(shape, target, workers)
-    vw = lanes(target)
-    _check_blocking(blk, NR_VECTORS * vw)
-    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
-    args = (buffer("A"), buffer("B"), output()) + tuple(
-        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
-    )
-    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "path": path(target)}
-    record.update({"MR": MR, "NR": NR_VECTORS * vw, "VW": vw, "k_group": GROUP}, **blk)
-    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers)
+    return panel_launch(PANELS, shape, target, workers, blocks)
 
 
 def prepare_cpu(
@@ -317,11 +265,4 @@ def prepare_cpu(
 ) -> PreparedKernel:
     """Bind int8 ``C = A @ B`` (C int32) for the host CPU, or ``target`` (another feature set,
     for tests); ``blocks`` overrides the cache blocking."""
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    a, bm = inputs["A"], inputs["B"]
-    if a.shape != (m, k) or bm.shape != (k, n) or a.dtype != np.int8 or bm.dtype != np.int8:
-        raise ValueError(f"expected A ({m},{k}) and B ({k},{n}) of int8")
-    target = target or host_target()
-    threads = threads or default_threads()
-    plan = launch(shape, "int8", target, threads, blocks)
-    return cpu_prepare(build, inputs, "int8", plan, threads, target)
+    return panel_prepare(PANELS, build, inputs, shape, threads, blocks, target)
