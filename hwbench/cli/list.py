@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from hwbench.cli.options import positive_seconds
+from hwbench.core.dtypes import is_integer
 from hwbench.core.kernel import describe_kernel
 from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
 from hwbench.core.text import printable
@@ -52,7 +53,7 @@ def _text(backends: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> list
             lines.append(f"    note: {b['reason']}")
         for d in b.get("devices", []):
             peak = (d.get("peak") or {}).get("tflops", {})
-            peaks = ", ".join(f"{k} {v * 1000:.0f} GFLOPS" for k, v in peak.items())
+            peaks = ", ".join(f"{k} {v * 1000:.0f} {'GOPS' if is_integer(k) else 'GFLOPS'}" for k, v in peak.items())
             lines.append(
                 f"    {d['backend']}:{d['index']}  {d['name']} ({d['vendor']}, {d['arch']})"
                 + (f"  peak {peaks}" if peaks else "")
