@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from hwbench.backends.cpu_peak import fma_units
 from hwbench.kernels.llvmir.jit import compile_module
+from hwbench.kernels.llvmir.target import enabled_features
 
 #: Independent accumulators of a vector loop (latency 4-5 cycles x up to 2 per cycle, with room).
 VECTOR_CHAINS = 12
@@ -63,23 +64,14 @@ class DotPeaks:
     method: str
 
 
-def _vector_ir(ins: Instruction) -> str:
-    acc, op = ("<16 x i32>", "<64 x i8>") if ins.dtype == "int8" else ("<16 x float>", "<32 x bfloat>")
-    chains = range(VECTOR_CHAINS)
-    body = "\n".join(f"  %n{i} = call {acc} @{ins.intrinsic}({acc} %c{i}, {op} %x, {op} %y)" for i in chains)
-    phis = "\n".join(f"  %c{i} = phi {acc} [%a, %entry], [%n{i}, %loop]" for i in chains)
-    total = "\n".join(
-        f"  %s{i} = {'add' if ins.dtype == 'int8' else 'fadd'} {acc} %s{i - 1}, %n{i}" for i in chains if i
-    )
+def _loop_ir(declarations: str, entry: str, phis: str, body: str, done: str) -> str:
+    """``void loop(i64 n, ptr io)``: ``entry``, then ``n`` rounds of ``body`` (its accumulators in
+    ``phis``), then ``done`` (which keeps the results, so nothing is folded away)."""
     return f"""
-declare {acc} @{ins.intrinsic}({acc}, {op}, {op})
+{declarations}
 define void @loop(i64 %n, ptr %io) {{
 entry:
-  %a = load {acc}, ptr %io, align 1
-  %px = getelementptr i8, ptr %io, i64 64
-  %x = load {op}, ptr %px, align 1
-  %py = getelementptr i8, ptr %io, i64 128
-  %y = load {op}, ptr %py, align 1
+{entry}
   br label %loop
 loop:
   %i = phi i64 [0, %entry], [%i2, %loop]
@@ -89,47 +81,48 @@ loop:
   %more = icmp slt i64 %i2, %n
   br i1 %more, label %loop, label %done
 done:
-  %s0 = {"add" if ins.dtype == "int8" else "fadd"} {acc} %n0, zeroinitializer
-{total}
-  store {acc} %s{VECTOR_CHAINS - 1}, ptr %io, align 1
+{done}
   ret void
 }}"""
+
+
+def _vector_ir(ins: Instruction) -> str:
+    acc, op = ("<16 x i32>", "<64 x i8>") if ins.dtype == "int8" else ("<16 x float>", "<32 x bfloat>")
+    add = "add" if ins.dtype == "int8" else "fadd"
+    chains = range(VECTOR_CHAINS)
+    entry = f"""  %a = load {acc}, ptr %io, align 1
+  %px = getelementptr i8, ptr %io, i64 64
+  %x = load {op}, ptr %px, align 1
+  %py = getelementptr i8, ptr %io, i64 128
+  %y = load {op}, ptr %py, align 1"""
+    phis = "\n".join(f"  %c{i} = phi {acc} [%a, %entry], [%n{i}, %loop]" for i in chains)
+    body = "\n".join(f"  %n{i} = call {acc} @{ins.intrinsic}({acc} %c{i}, {op} %x, {op} %y)" for i in chains)
+    sums = [f"  %s0 = {add} {acc} %n0, zeroinitializer"]
+    sums += [f"  %s{i} = {add} {acc} %s{i - 1}, %n{i}" for i in chains if i]
+    done = "\n".join(sums) + f"\n  store {acc} %s{VECTOR_CHAINS - 1}, ptr %io, align 1"
+    return _loop_ir(f"declare {acc} @{ins.intrinsic}({acc}, {op}, {op})", entry, phis, body, done)
 
 
 def _tile_ir(ins: Instruction) -> str:
     chains = range(TILE_CHAINS)
     tile = "i16 16, i16 64"
+    declarations = f"""declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
+declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @{ins.intrinsic}(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)"""
+    entry = "\n".join(
+        [f"  %{v} = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %io, i64 64)" for v in ("x", "y")]
+        + [f"  %z{i} = call x86_amx @llvm.x86.tilezero.internal({tile})" for i in chains]
+    )
     phis = "\n".join(f"  %c{i} = phi x86_amx [%z{i}, %entry], [%n{i}, %loop]" for i in chains)
-    zeros = "\n".join(f"  %z{i} = call x86_amx @llvm.x86.tilezero.internal({tile})" for i in chains)
     body = "\n".join(
         f"  %n{i} = call x86_amx @{ins.intrinsic}({tile}, i16 64, x86_amx %c{i}, x86_amx %x, x86_amx %y)"
         for i in chains
     )
-    stores = "\n".join(
+    done = "\n".join(
         f"  call void @llvm.x86.tilestored64.internal({tile}, ptr %io, i64 64, x86_amx %n{i})" for i in chains
     )
-    return f"""
-declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
-declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
-declare x86_amx @{ins.intrinsic}(i16, i16, i16, x86_amx, x86_amx, x86_amx)
-declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
-define void @loop(i64 %n, ptr %io) {{
-entry:
-  %x = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %io, i64 64)
-  %y = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %io, i64 64)
-{zeros}
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%i2, %loop]
-{phis}
-{body}
-  %i2 = add i64 %i, 1
-  %more = icmp slt i64 %i2, %n
-  br i1 %more, label %loop, label %done
-done:
-{stores}
-  ret void
-}}"""
+    return _loop_ir(declarations, entry, phis, body, done)
 
 
 def _rate(ins: Instruction, features: str) -> float:
@@ -158,7 +151,7 @@ def _rate(ins: Instruction, features: str) -> float:
 
 def available(ins: Instruction, features: str) -> bool:
     """Whether a target with LLVM ``features`` runs ``ins`` (AMX also needs Linux's grant)."""
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = enabled_features(features)
     if not set(ins.features) <= enabled:
         return False
     if ins.tile:

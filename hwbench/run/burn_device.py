@@ -88,8 +88,9 @@ class BurnJob:
     seed: int = 0
 
 
-#: Floating-point dtypes burn does not choose by itself (see :func:`ranked_dtypes`).
-NOT_BURNED = ("fp8",)
+#: The smallest K up to which a dtype burn chooses by itself must keep exact checks (bf16's 256;
+#: fp8's 4 significand bits hold an exact sum only up to K = 16, so it burns only when --dtype says).
+MIN_EXACT_K = 256
 
 
 def ranked_dtypes(kernel: Kernel, device: DeviceInfo) -> list[str]:
@@ -105,9 +106,9 @@ def ranked_dtypes(kernel: Kernel, device: DeviceInfo) -> list[str]:
             return (-float(peak), -significand_bits(dtype))
         return (math.inf, order.get(dtype, len(order)))
 
-    # Its checks are for floats, exact where the significand holds the sums: not integers, and not
-    # fp8, whose 4 bits hold an exact sum of integer products only up to K = 16 (--dtype still can).
-    ranked = sorted((d for d in kernel.dtypes if not is_integer(d) and d not in NOT_BURNED), key=rank)
+    # Its checks are for floats, exact where the significand holds the sums (:data:`MIN_EXACT_K`).
+    burnable = [d for d in kernel.dtypes if not is_integer(d) and exact_k_limit(d) >= MIN_EXACT_K]
+    ranked = sorted(burnable, key=rank)
     if device.kind == "cpu" and "fp32" in ranked:
         ranked.remove("fp32")
         ranked.insert(0, "fp32")

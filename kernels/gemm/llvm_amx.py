@@ -52,7 +52,7 @@ from hwbench.kernels.llvmir.irutil import (
     masked_store,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
 
 KERNEL = "gemm"
 DTYPES = ("int8", "bf16")
@@ -125,7 +125,7 @@ def amx_granted() -> bool:
 
 def has_features(target: CPUTarget, dtype: str) -> bool:
     """Whether ``target``'s features include the AMX extensions ``dtype`` needs."""
-    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    enabled = enabled_features(target.features)
     return dtype in KINDS and set(KINDS[dtype].features) <= enabled
 
 

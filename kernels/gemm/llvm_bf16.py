@@ -47,7 +47,7 @@ from hwbench.kernels.llvmir.irutil import (
     splat,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
 
 KERNEL = "gemm"
 DTYPES = ("bf16",)
@@ -61,7 +61,7 @@ DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
 
 def path(target: CPUTarget) -> str:
     """``bf16dp`` where the target has AVX-512 BF16 on 512-bit vectors, else ``widening``."""
-    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    enabled = enabled_features(target.features)
     return "bf16dp" if "avx512bf16" in enabled and target.vector_width("fp32") == 16 else "widening"
 
 

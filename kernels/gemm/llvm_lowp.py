@@ -49,7 +49,7 @@ from hwbench.kernels.llvmir.irutil import (
     masked_load,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
 
 KERNEL = "gemm"
 DTYPES = ("int8",)
@@ -64,7 +64,7 @@ VNNI = "llvm.x86.avx512.vpdpbusd.512"
 
 def path(target: CPUTarget) -> str:
     """``vnni`` where the target has AVX-512 VNNI on 512-bit vectors, else ``widening``."""
-    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    enabled = enabled_features(target.features)
     return "vnni" if "avx512vnni" in enabled and target.vector_width("int32") == 16 else "widening"
 
 

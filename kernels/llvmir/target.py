@@ -85,8 +85,13 @@ class LLVMTarget(ABC):
         return self.name
 
 
+def enabled_features(features: str) -> frozenset[str]:
+    """The features an LLVM feature string (``+avx512f,-amx-tile,...``) switches on."""
+    return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
+
+
 def _host_vector_bytes(features: str) -> int:
-    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    enabled = enabled_features(features)
     if "avx512f" in enabled:
         return 64
     if "avx2" in enabled or "avx" in enabled:
