@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, present
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Peak, Prepared, present
 from hwbench.core.host import (
     blas_info,
     blas_label,
@@ -30,6 +30,7 @@ from hwbench.core.host import (
 )
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
+from hwbench.kernels.llvmir.evict import evict_method, held_regions, line_evictor
 
 #: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only,
 #: except where :data:`CPU_LLVM_MORE` names a kernel's own dot-product kernels.
@@ -49,10 +50,16 @@ def cpu_llvm_dtypes(kernel: str) -> tuple[str, ...]:
 class HostCall(Prepared):
     """A host library call; ``result`` converts what it returned (an array or a host tensor)."""
 
-    def __init__(self, call: Callable[[], Any], config: Mapping[str, Any]) -> None:
+    def __init__(self, call: Callable[[], Any], config: Mapping[str, Any], inputs: Mapping[str, Any] = {}) -> None:
         self._call = call
         self._last: Any = None
+        self._inputs = dict(inputs)
         self.config = dict(config)
+
+    def memory(self) -> list[tuple[int, int]]:
+        """The host memory the call reads and writes: the inputs, the arrays and tensors the
+        call holds (its converted operands, its output) and what it returned last."""
+        return held_regions([self._inputs, self._call, self._last])
 
     def run(self) -> None:
         self._last = self._call()
@@ -78,6 +85,10 @@ class HostKernel(Prepared):
 
     def result(self) -> np.ndarray:
         return np.asarray(self._kernel.output)
+
+    def memory(self) -> list[tuple[int, int]]:
+        """The host memory the kernel reads and writes (inputs, output, workspaces)."""
+        return held_regions(self._kernel.memory())
 
     def clear_output(self) -> bool:
         output = np.asarray(self._kernel.output)
@@ -196,7 +207,7 @@ class CPUBackend(Backend):
     ) -> Prepared:
         if impl.kind == "native":
             call, config = load_callable(impl.entry)(inputs, shape, dtype)
-            return HostCall(call, config)
+            return HostCall(call, config, inputs)
         # The CPU launcher and the kernel's source import llvmlite, which is optional.
         from hwbench.kernels.llvmir import cpu_launch
         from hwbench.kernels.llvmir.target import host_target  # needs llvmlite (see above)
@@ -209,8 +220,23 @@ class CPUBackend(Backend):
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         return (RuntimeError,) if present("llvmlite") else ()
 
+    def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
+        """Every line of the case's own memory flushed from all cache levels (``clflushopt``), where
+        the host can and the case says what its memory is; else :meth:`flush`."""
+        owned = prepared if isinstance(prepared, HostCall | HostKernel) else None
+        evictor = line_evictor() if owned is not None and owned.memory() and present("llvmlite") else None
+        if owned is None or evictor is None:
+            run = self.flush(device)
+            return Flush(run, f"writes {self._flush_nbytes(device) / 2**20:.0f} MiB (twice the last-level cache)")
+        # The regions are taken anew at each flush, from the objects the case holds then.
+        return Flush(lambda: evictor(owned.memory()), evict_method(evictor, owned.memory()))
+
+    @staticmethod
+    def _flush_nbytes(device: DeviceInfo) -> int:
+        return 2 * int(device.extra.get("cache_bytes") or largest_cache_bytes())
+
     def flush(self, device: DeviceInfo) -> Callable[[], None]:
-        nbytes = 2 * int(device.extra.get("cache_bytes") or largest_cache_bytes())
+        nbytes = self._flush_nbytes(device)
         if self._flush_buffer is None or self._flush_buffer.nbytes != nbytes:
             self._flush_buffer = np.zeros(nbytes // 8, dtype=np.float64)
         buffer = self._flush_buffer

@@ -28,13 +28,24 @@ import numpy as np
 from hwbench.backends import opencl_device as launcher
 from hwbench.backends.opencl_device import DeviceState, EventTimer, OpenCLBuildError
 from hwbench.backends.opencl_icd import ensure_icd_vendors, intel_note
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Peak, Prepared, Timer, present
+from hwbench.core.backend import (
+    Availability,
+    Backend,
+    DeviceInfo,
+    Flush,
+    Implementation,
+    Peak,
+    Prepared,
+    Timer,
+    present,
+)
 from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import is_integer
 from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape, get_kernel
 from hwbench.core.loading import load_callable
 from hwbench.core.registry import get_backend
+from hwbench.kernels.llvmir.evict import evict_method, line_evictor
 
 _NEEDS_EXT = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
 
@@ -263,6 +274,20 @@ class OpenCLBackend(Backend):
 
     def timer(self, device: DeviceInfo) -> Timer:
         return EventTimer(self._state(device), device.extra.get("timer_resolution_ns"))
+
+    def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
+        """On a CPU device, every line of the case's buffers flushed from the host's caches
+        (``clflushopt``, through a map of each) where the host can; else :meth:`flush`."""
+        if device.kind != "cpu":
+            return super().case_flush(device, prepared)
+        buffers = prepared.buffers() if isinstance(prepared, launcher.Enqueued) else []
+        evictor = line_evictor() if buffers and present("llvmlite") else None
+        if evictor is None:
+            host = get_backend("cpu")
+            return host.case_flush(host.devices()[0], prepared)
+        state = self._state(device)
+        method = evict_method(evictor, [(0, b.size) for b in buffers])
+        return Flush(lambda: launcher.evict_mapped(state, buffers, evictor), f"{method}, each mapped")
 
     def flush(self, device: DeviceInfo) -> Callable[[], None] | None:
         if device.kind == "cpu":  # the device's caches are the host's: evict them as the cpu backend does

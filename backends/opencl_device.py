@@ -109,6 +109,25 @@ class Enqueued(Prepared):
         last.wait()
         self._state.last_events = (first, last)
 
+    def buffers(self) -> list[Any]:
+        """The device buffers the case reads and writes: its output and every buffer it holds."""
+        import pyopencl as cl
+
+        found: dict[int, Any] = {}
+
+        def walk(value: Any, depth: int) -> None:
+            if isinstance(value, cl.MemoryObject):
+                found.setdefault(value.int_ptr, value)
+            elif depth and isinstance(value, Mapping):
+                for item in value.values():
+                    walk(item, depth - 1)
+            elif depth and isinstance(value, list | tuple):
+                for item in value:
+                    walk(item, depth - 1)
+
+        walk([self._out, self._keep], 3)
+        return [b for b in found.values() if b.size]
+
     def result(self) -> np.ndarray:
         import pyopencl as cl
 
@@ -139,6 +158,25 @@ class EventTimer(Timer):
         assert self._state.last_events is not None, "the timed call enqueued nothing"
         first, last = self._state.last_events
         return max(last.profile.end - first.profile.start, 0) * 1e-9
+
+
+def evict_mapped(state: DeviceState, buffers: list[Any], evict: Callable[[list[tuple[int, int]]], None]) -> None:
+    """Flush ``buffers`` of a CPU device from the host's caches: each is mapped (on a CPU device a
+    map hands out the buffer's own memory), its lines evicted by ``evict``, then unmapped."""
+    import pyopencl as cl
+
+    maps: list[Any] = []
+    try:
+        for buffer in buffers:
+            mapped = cl.enqueue_map_buffer(
+                state.queue, buffer, cl.map_flags.READ, 0, (buffer.size,), np.dtype(np.uint8)
+            )
+            maps.append(mapped[0])
+        evict([(a.ctypes.data, a.nbytes) for a in maps])
+    finally:
+        for array in maps:
+            array.base.release(state.queue)
+        state.queue.finish()
 
 
 def scalar(arg: Arg) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.backends import torch_gpu_lowp as lowp
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Implementation, Prepared, Timer, present
+from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import is_integer
 from hwbench.core.host import package_version
@@ -299,6 +299,10 @@ class TorchGPUBackend(Backend):
 
         torch.cuda.set_device(device.index)
         return EventTimer(self.event_name)
+
+    def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
+        size = flush_bytes(device.extra) / 2**20
+        return Flush(self.flush(device), f"writes {size:.0f} MiB on the device (twice its largest cache)")
 
     def flush(self, device: DeviceInfo) -> Callable[[], None]:
         import torch

@@ -169,7 +169,7 @@ class HwbenchCase:
         prepared, found_parity = _checked(steps, case)
         bk, spec, dev, chosen = case.backend, case.kernel, case.device, case.impl
 
-        timer, flusher = bk.timer(dev), bk.flush(dev) if flush else None
+        timer, flusher = bk.timer(dev), bk.case_flush(dev, prepared) if flush else None
         samples: list[float] = []
 
         def timed_call() -> None:

@@ -157,6 +157,17 @@ class Prepared(ABC):
         return False
 
 
+@dataclass(frozen=True)
+class Flush:
+    """A cache flush run before each timed call, and how it evicts (said in each record)."""
+
+    run: Callable[[], None]
+    method: str
+
+    def __call__(self) -> None:
+        self.run()
+
+
 class Timer(ABC):
     """Times one call on the device's own clock."""
 
@@ -264,6 +275,12 @@ class Backend(ABC):
     def flush(self, device: DeviceInfo) -> Callable[[], None] | None:
         """A callable that evicts caches before a timed call, or None when there is none."""
         return None
+
+    def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
+        """The flush before each timed call of ``prepared``: by default :meth:`flush`, the same
+        for every case; a backend that can evict exactly a case's memory overrides this."""
+        run = self.flush(device)
+        return Flush(run, "the backend's cache flush") if run is not None else None
 
     def environment(self) -> dict[str, Any]:
         """Versions and settings of this backend's software stack, for run metadata."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -118,6 +118,7 @@ def timing_fields(timing: Timing) -> dict[str, Any]:
         timer=timing.timer,
         resolution_s=timing.resolution_s,
         flushed=timing.flushed,
+        flush=timing.flush_method,
         warmup=timing.warmup,
         stopped_by=timing.stopped_by,
     )
@@ -255,9 +256,12 @@ class Pipeline:
         """Timed calls on the backend's timer after its flush; CaseFailed when a call fails or the
         timer returns a time that is not a positive number of seconds."""
         try:
-            timing = measure(prepared.run, case.backend.timer(case.device), case.backend.flush(case.device), config)
+            flush = case.backend.case_flush(case.device, prepared) if config.flush else None
+            timing = measure(prepared.run, case.backend.timer(case.device), flush, config)
         except Exception as exc:
             raise CaseFailed("runtime_error", f"while timing: {error_line(exc)}") from exc
+        if flush is not None and timing.flushed:
+            timing = replace(timing, flush_method=flush.method)
         bad = next((s for s in timing.samples if not (math.isfinite(s) and s > 0)), None)
         if bad is not None or not timing.samples:
             what = f"returned {bad!r} s" if bad is not None else "returned no samples"

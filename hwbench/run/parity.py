@@ -26,15 +26,59 @@ class Parity:
     reason: str = ""
 
 
+#: Elements compared at a time: the temporaries of a chunk stay in the caches, and no
+#: output-sized temporary is ever allocated (its pages would each be faulted in).
+CHUNK = 1 << 16
+
+
+@dataclass
+class _Tally:
+    """What the chunks found so far."""
+
+    mismatches: int = 0
+    nonfinite: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst_err: float = -1.0
+    worst_at: int = -1
+
+
+def _chunk(out: np.ndarray, ref: np.ndarray, tol: Tolerance, offset: int, tally: _Tally) -> None:
+    """Fold ``out`` against ``ref`` (flat float64 slices starting at element ``offset``) into ``tally``."""
+    same_special = out == ref
+    same_special |= np.isnan(out) & np.isnan(ref)
+    finite = np.isfinite(out) & np.isfinite(ref)
+    tally.nonfinite += int(np.count_nonzero(~np.isfinite(out) & ~same_special))
+    err = np.abs(out - ref)
+    err[~finite] = 0.0
+    magnitude = np.abs(ref)
+    # Relative error only where the reference is above atol: near zero it says nothing.
+    significant = (magnitude > max(tol.atol, TINY)) & finite
+    if significant.any():
+        tally.max_rel = max(tally.max_rel, float((err[significant] / magnitude[significant]).max()))
+    if err.size:
+        tally.max_abs = max(tally.max_abs, float(err.max()))
+    if tol.exact:
+        bad = ~same_special
+    else:
+        bad = ~same_special & ~(finite & (err <= tol.atol + tol.rtol * magnitude))
+    count = int(np.count_nonzero(bad))
+    if count:
+        tally.mismatches += count
+        where = int(np.argmax(np.where(bad, err, -1.0)))
+        if err[where] > tally.worst_err:  # the first of the worst, as over the whole output
+            tally.worst_err, tally.worst_at = float(err[where]), offset + where
+
+
 def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
     """Element-wise check ``|out - ref| <= atol + rtol * |ref|`` (or equality when exact).
 
     A NaN or infinity in the output counts as a mismatch unless the reference holds the
     same value there; max errors are taken over the finite positions, and the relative
-    error only where ``|ref| > atol``.
+    error only where ``|ref| > atol``. The output is compared :data:`CHUNK` elements at a time.
     """
-    out = np.asarray(output, dtype=np.float64)
-    ref = np.asarray(reference, dtype=np.float64)
+    out = np.asarray(output)
+    ref = np.asarray(reference)
     if out.shape != ref.shape:
         return Parity(
             None,
@@ -47,27 +91,31 @@ def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
             False,
             f"output shape {out.shape} differs from reference shape {ref.shape}",
         )
-    same_special = (out == ref) | (np.isnan(out) & np.isnan(ref))
-    finite = np.isfinite(out) & np.isfinite(ref)
-    nonfinite = int(np.count_nonzero(~np.isfinite(out) & ~same_special))
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(finite, np.abs(out - ref), 0.0)
-    # Relative error only where the reference is above atol: near zero it says nothing.
-    significant = np.abs(ref) > max(tol.atol, TINY)
-    rel = np.where(significant & finite, err / np.where(significant, np.abs(ref), 1.0), 0.0)
-    if tol.exact:
-        bad = ~same_special
-    else:
-        bad = ~same_special & ~(finite & (err <= tol.atol + tol.rtol * np.abs(ref)))
-    mismatches = int(np.count_nonzero(bad))
-    max_abs = float(err.max()) if err.size else 0.0
-    max_rel = float(rel.max()) if rel.size else 0.0
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    tally = _Tally()
+    for start in range(0, flat_ref.size, CHUNK):
+        stop = min(start + CHUNK, flat_ref.size)
+        piece_out = np.asarray(flat_out[start:stop], dtype=np.float64)
+        piece_ref = np.asarray(flat_ref[start:stop], dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # infinities and NaN are counted, not warned of
+            _chunk(piece_out, piece_ref, tol, start, tally)
     reason = ""
-    if mismatches:
-        worst = int(np.argmax(np.where(bad, err, -1.0)))
-        where = np.unravel_index(worst, ref.shape)
+    if tally.mismatches:
+        where = np.unravel_index(tally.worst_at, ref.shape)
+        got = np.asarray(flat_out[tally.worst_at], dtype=np.float64)[()]
+        want = np.asarray(flat_ref[tally.worst_at], dtype=np.float64)[()]
         reason = (
-            f"{mismatches} of {ref.size} elements outside tolerance "
-            f"(worst at {tuple(int(i) for i in where)}: got {out.flat[worst]!r}, want {ref.flat[worst]!r})"
+            f"{tally.mismatches} of {ref.size} elements outside tolerance "
+            f"(worst at {tuple(int(i) for i in where)}: got {got!r}, want {want!r})"
         )
-    return Parity(max_abs, max_rel, tol.atol, tol.rtol, mismatches, nonfinite, int(ref.size), mismatches == 0, reason)
+    return Parity(
+        tally.max_abs,
+        tally.max_rel,
+        tol.atol,
+        tol.rtol,
+        tally.mismatches,
+        tally.nonfinite,
+        int(ref.size),
+        tally.mismatches == 0,
+        reason,
+    )

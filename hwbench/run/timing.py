@@ -47,6 +47,8 @@ class Timing:
     flushed: bool
     warmup: int
     stopped_by: str  # "noise", "budget" or "max_samples"
+    #: How the caches were flushed before each timed call (None: not flushed).
+    flush_method: str | None = None
     estimate_s: float = 0.0
     wall_s: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)

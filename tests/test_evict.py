@@ -1,0 +1,157 @@
+"""The per-case cache flush: every line of a case's own memory evicted (clflushopt), on the cpu
+backend and on OpenCL CPU devices, with the whole-cache flush kept where that cannot be done."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import time
+
+import numpy as np
+import pytest
+
+from hwbench.core.backend import Flush, Prepared
+from hwbench.core.registry import get_backend
+from hwbench.kernels.llvmir import evict
+from hwbench.run.case import CaseRequest, CaseRunner, Pipeline
+
+pytest.importorskip("llvmlite")
+x86 = pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64"), reason="clflush is an x86-64 instruction"
+)
+QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}
+
+
+@x86
+def test_the_evictor_flushes_with_the_cpus_own_instruction() -> None:
+    evictor = evict.line_evictor()
+    assert evictor is not None and evictor.instruction in ("clflushopt", "clflush")
+    asm = evictor._compiled.assembly()
+    assert evictor.instruction in asm and "mfence" in asm
+
+
+@x86
+def test_any_region_is_flushed_without_a_fault_and_its_data_kept() -> None:
+    evictor = evict.line_evictor()
+    assert evictor is not None
+    data = np.arange(10_000, dtype=np.float64)
+    raw = data.view(np.uint8)
+    # Unaligned starts, sizes that are no multiple of a line, one byte, a region ending on a page.
+    regions = [
+        (raw[3:].ctypes.data, 1),
+        (raw[7:].ctypes.data, 4093),
+        (raw.ctypes.data, raw.nbytes),
+        (raw[-1:].ctypes.data, 1),
+    ]
+    evictor(regions)
+    evictor([])
+    assert np.array_equal(data, np.arange(10_000, dtype=np.float64))  # flushing writes back, never loses
+
+
+def test_held_regions_finds_the_arrays_a_call_holds() -> None:
+    a, b, out = np.ones(100), np.ones((10, 10), np.float32), np.empty(7)
+    strided = np.ones((20, 20))[::2, ::3]
+
+    def call() -> np.ndarray:
+        return np.add(a, 1.0, out=out)
+
+    found = evict.held_regions([{"x": a}, call, functools.partial(np.copyto, b, strided), np.empty(0)])
+    assert (a.ctypes.data, a.nbytes) in found and (out.ctypes.data, out.nbytes) in found
+    assert (b.ctypes.data, b.nbytes) in found
+    low, size = evict.region_of(strided)
+    assert low == strided.ctypes.data and size == 18 * 20 * 8 + 18 * 8 + 8  # first to last element
+    assert len(found) == 4  # a found twice is one region; the empty array has none
+
+
+def test_held_regions_takes_a_cpu_tensors_storage() -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.ones(64, 8)
+    view = t[:, 2]
+    assert evict.region_of(view) == (t.untyped_storage().data_ptr(), 64 * 8 * 4)
+
+
+@x86
+def test_cpu_cases_flush_their_own_memory(monkeypatch) -> None:
+    pipeline = Pipeline()
+    for impl in ("numpy", "llvm"):
+        case = pipeline.resolve(CaseRequest("gemm", impl, "cpu", 0, "fp32", {"M": 64, "N": 48, "K": 40}))
+        prepared = pipeline.prepare(case)
+        prepared.run()
+        flush = case.backend.case_flush(case.device, prepared)
+        assert isinstance(flush, Flush) and flush.method.startswith(evict.line_evictor().instruction)
+        nbytes = (64 * 40 + 40 * 48 + 64 * 48) * 4
+        flushed = sum(size for _, size in prepared.memory())
+        assert flushed >= nbytes  # A, B and C at least (the llvm kernel's workspaces too)
+        flush()
+
+
+def test_a_case_that_says_nothing_of_its_memory_gets_the_whole_cache_flush() -> None:
+    class Foreign(Prepared):
+        def run(self) -> None:
+            pass
+
+        def result(self) -> np.ndarray:
+            return np.zeros(1)
+
+    cpu = get_backend("cpu")
+    flush = cpu.case_flush(cpu.devices()[0], Foreign())
+    assert flush is not None and "twice the last-level cache" in flush.method
+
+
+def test_a_record_says_how_its_caches_were_flushed() -> None:
+    record = CaseRunner().run(CaseRequest("gemm", "numpy", "cpu", 0, "fp32", {"M": 33, "N": 17, "K": 9}, timing=QUICK))
+    assert record["status"] == "ok" and record["timing"]["flushed"] is True
+    assert record["timing"]["flush"] and "MiB" in record["timing"]["flush"]
+    unflushed = dict(QUICK, flush=False)
+    record = CaseRunner().run(
+        CaseRequest("gemm", "numpy", "cpu", 0, "fp32", {"M": 33, "N": 17, "K": 9}, timing=unflushed)
+    )
+    assert record["timing"]["flushed"] is False and record["timing"]["flush"] is None
+
+
+@x86
+def test_the_case_flush_costs_what_the_case_is_large_not_what_the_cache_is() -> None:
+    pipeline = Pipeline()
+    case = pipeline.resolve(CaseRequest("gemm", "numpy", "cpu", 0, "fp32", {"M": 64, "N": 64, "K": 64}))
+    prepared = pipeline.prepare(case)
+    prepared.run()
+    own = case.backend.case_flush(case.device, prepared)
+    whole = case.backend.flush(case.device)
+    assert own is not None
+
+    def cost(fn) -> float:
+        fn()
+        start = time.perf_counter()
+        for _ in range(5):
+            fn()
+        return time.perf_counter() - start
+
+    if case.device.extra.get("cache_bytes", 0) < 8 * 2**20:
+        pytest.skip("the last-level cache is too small for the whole-cache flush to cost much")
+    assert cost(own) < cost(whole) / 4
+
+
+@x86
+def test_opencl_cpu_device_cases_flush_their_mapped_buffers() -> None:
+    pytest.importorskip("pyopencl")
+    from hwbench.backends.opencl_device import Enqueued
+
+    opencl = get_backend("opencl")
+    if not opencl.probe().ok:
+        pytest.skip(f"no OpenCL: {opencl.probe().reason}")
+    devices = [d for d in opencl.devices() if d.kind == "cpu"]
+    if not devices:
+        pytest.skip("no OpenCL CPU device here")
+    pipeline = Pipeline()
+    for impl in ("opencl", "clblast"):
+        case = pipeline.resolve(CaseRequest("stream", impl, "opencl", devices[0].index, "fp32", {"op": 3, "n": 5000}))
+        prepared = pipeline.prepare(case)
+        assert isinstance(prepared, Enqueued)
+        prepared.run()
+        before = prepared.result()
+        assert sorted(b.size for b in prepared.buffers()) == [20000, 20000, 20000]  # a, b and c
+        flush = opencl.case_flush(case.device, prepared)
+        assert flush is not None and "each mapped" in flush.method
+        flush()
+        prepared.run()
+        assert np.array_equal(prepared.result(), before)
