@@ -77,7 +77,7 @@ def test_constant_samples_stop_by_noise(clock: FakeClock) -> None:
     assert t.samples == [1e-3] * 10  # the first multiple of 5 at or past min_samples
     assert t.estimate_s == 1e-3
     assert t.warmup == 0
-    assert calls.runs == 1 + 10
+    assert calls.runs == 10  # no warm-up: the estimate is the first sample
     assert (t.timer, t.resolution_s) == ("fake", 1e-9)
 
 
@@ -90,13 +90,14 @@ def test_noise_checked_only_every_fifth_sample(clock: FakeClock) -> None:
 
 
 def test_noisy_samples_stop_by_budget(clock: FakeClock) -> None:
-    # estimate 1e-3; min_samples = max(3, min(10, int(5e-3 / 1e-3))) = 5; after 5 samples
-    # (3 + 1 + 3 + 1 + 3 ms = 11 ms) the 5 ms budget is spent and CV is far above 1 %.
+    # estimate 1e-3 (kept: no warm-up); min_samples = max(3, min(10, int(5e-3 / 1e-3))) = 5;
+    # after 5 samples (3 + 1 + 3 + 1 ms = 8 ms after the estimate) the 5 ms budget is spent and
+    # CV is far above 1 %.
     calls, timer = _setup([1e-3, 3e-3], clock)
     config = TimingConfig(warmup_s=0.0, budget_s=5e-3, min_samples=10, max_samples=1000, target_cv=0.01)
     t = measure(calls.run, timer, None, config)
     assert t.stopped_by == "budget"
-    assert t.samples == [3e-3, 1e-3, 3e-3, 1e-3, 3e-3]
+    assert t.samples == [1e-3, 3e-3, 1e-3, 3e-3, 1e-3]
 
 
 def test_noisy_samples_stop_by_budget_on_the_real_clock() -> None:
@@ -124,10 +125,10 @@ def test_flush_before_every_timed_call(clock: FakeClock) -> None:
     assert t.warmup == 8  # 2**-7 / 2**-10
     n = len(t.samples)
     assert n == 10
-    assert calls.flushes == n
+    assert calls.flushes == 1 + n
     assert calls.runs == 1 + 8 + n
-    # the estimate call comes first, then each timed call is preceded by exactly one flush
-    assert calls.log == ["time"] + ["flush", "time"] * n
+    # the estimate call comes first, then each timed call, each preceded by exactly one flush
+    assert calls.log == ["flush", "time"] * (1 + n)
 
 
 def test_no_flush_when_disabled(clock: FakeClock) -> None:
@@ -153,8 +154,9 @@ def test_calls_slower_than_budget_get_three_samples(clock: FakeClock) -> None:
     t = measure(calls.run, timer, calls.flush, config)
     assert t.warmup == 0
     assert t.stopped_by == "budget"
-    assert t.samples == [1.0, 1.0, 1.0]
+    assert t.samples == [1.0, 1.0, 1.0]  # the estimate, flushed as the others, is the first
     assert calls.flushes == 3
+    assert calls.runs == 3
 
 
 def test_calls_slower_than_budget_get_at_least_three_samples_on_the_real_clock() -> None:

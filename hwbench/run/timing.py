@@ -57,7 +57,9 @@ class Timing:
 def measure(run: Callable[[], None], timer: Timer, flush: Callable[[], None] | None, config: TimingConfig) -> Timing:
     """Time ``run`` repeatedly on ``timer`` and return the samples.
 
-    The first call is an estimate; warm-up calls fill ``warmup_s``; then timed calls
+    The first call, flushed as the timed ones are, is an estimate; warm-up calls fill
+    ``warmup_s``; where none fit (a call longer than ``warmup_s``) the estimate is kept as the
+    first sample, since no warm-up separates it from the others. Timed calls
     (each preceded by ``flush`` when given and enabled) continue until the relative
     noise drops below ``target_cv`` after ``min_samples`` (fewer, at least 3, for
     calls slower than the budget), the budget is spent (flush
@@ -65,13 +67,16 @@ def measure(run: Callable[[], None], timer: Timer, flush: Callable[[], None] | N
     """
     flush_fn = flush if (config.flush and flush is not None) else None
     start = time.perf_counter()
-    estimate = max(timer.time(run), 1e-9)
+    if flush_fn is not None:
+        flush_fn()
+    first = timer.time(run)
+    estimate = max(first, 1e-9)
     warmup = min(int(config.warmup_s / estimate), config.max_samples)
     for _ in range(warmup):
         run()
     # A call slower than the budget still gets a few samples, not min_samples of them.
     min_samples = max(3, min(config.min_samples, int(config.budget_s / estimate)))
-    samples: list[float] = []
+    samples: list[float] = [] if warmup else [first]
     measure_start = time.perf_counter()
     stopped_by = "max_samples"
     while len(samples) < config.max_samples:
