@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from hwbench.core import binary_cache
 from hwbench.core.backend import Prepared, Timer
+from hwbench.core.binary_cache import binary_key
 from hwbench.core.dtypes import device_numpy
 from hwbench.core.launch import OUTPUT, Arg, Launch
 
@@ -256,14 +258,30 @@ def build_opencl_c(
 
 
 def build_spirv(state: DeviceState, module: Any, kernel: str, dtype: str) -> tuple[Any, float]:
-    """The program of a SPIR-V module (``hwbench.kernels.llvmir.simt.SIMTBinary``)."""
+    """The program of a SPIR-V module (``hwbench.kernels.llvmir.simt.SIMTBinary``): the device's
+    binary of it from the binary cache where this device and driver built it before, else built
+    from the IL (and its binary kept)."""
     import pyopencl as cl
 
+    device = state.device
+    key = binary_key("opencl-program", device.platform.name, device.platform.version, device.name)
+    key = binary_key(key, device.version, device.driver_version, module.binary)
+
     def build() -> Any:
+        cached = binary_cache.load("opencl", key)
+        if cached is not None:
+            try:
+                return cl.Program(state.context, [device], [cached]).build()
+            except cl.Error:  # a binary this driver no longer takes: build from the IL again
+                pass
         try:
-            return cl.Program(state.context, module.binary).build()
+            program = cl.Program(state.context, module.binary).build()
         except cl.Error as exc:
             raise OpenCLBuildError(f"SPIR-V {kernel} {dtype}: {first_error_line(str(exc))}") from None
+        binaries = program.get_info(cl.program_info.BINARIES)
+        if binaries and binaries[0]:
+            binary_cache.store("opencl", key, bytes(binaries[0]))
+        return program
 
     return state.program(("spirv", kernel, dtype, module.target, hash(module.binary)), build)
 

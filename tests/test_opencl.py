@@ -326,6 +326,7 @@ def test_spirv_kernels_are_work_groups_with_local_memory_and_barriers() -> None:
 
 def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> None:
     pytest.importorskip("llvmlite")
+    monkeypatch.setenv("HWBENCH_BINARY_CACHE", "0")  # each build here must lower, not load a kept module
     from hwbench.kernels.llvmir import spirv
 
     rebuilt = []

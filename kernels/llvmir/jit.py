@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from hwbench.core import binary_cache
+from hwbench.core.binary_cache import binary_key
+
 _init_lock = threading.Lock()
 _initialized = False
 
@@ -33,6 +36,9 @@ class CompiledModule:
     llvm_module: llvm.ModuleRef
     target_machine: llvm.TargetMachine
     _addresses: dict[str, int] = field(default_factory=dict)
+    #: Whether the machine code came from the binary cache (then ``llvm_module`` is not yet optimised).
+    cached: bool = False
+    opt: int = 3
 
     def function_address(self, name: str) -> int:
         """Address of a compiled function."""
@@ -54,13 +60,17 @@ class CompiledModule:
 
     def assembly(self) -> str:
         """Optimised machine code as assembly text (for inspection)."""
+        if self.cached:  # the code was loaded, not compiled: optimise the IR now, as it was then
+            _optimise(self.llvm_module, self.target_machine, self.opt)
+            self.cached = False
         return self.target_machine.emit_assembly(self.llvm_module)
 
 
 def compile_module(
     module: ir.Module, cpu_name: str | None = None, features: str | None = None, opt: int = 3
 ) -> CompiledModule:
-    """Verify, optimise (new pass manager, O3) and JIT ``module`` for the host."""
+    """Verify, optimise (new pass manager, O3) and JIT ``module`` for the host; the machine code
+    of the same IR for the same CPU, features and LLVM comes from the binary cache when there."""
     ensure_llvm_initialized()
     t0 = time.perf_counter()
     cpu_name = cpu_name or llvm.get_host_cpu_name()
@@ -69,17 +79,37 @@ def compile_module(
     tm = llvm.Target.from_triple(triple).create_target_machine(
         cpu=cpu_name, features=features, opt=opt, codemodel="jitdefault"
     )
-    mod = llvm.parse_assembly(str(module))
+    text = str(module)
+    key = binary_key("llvmlite-mcjit", llvm.llvm_version_info, triple, cpu_name, features, opt, text)
+    cached = binary_cache.load("cpu", key)
+    mod = llvm.parse_assembly(text)
     mod.verify()
+    if cached is None:
+        _optimise(mod, tm, opt)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.set_object_cache(
+        notify_func=None if cached is not None else lambda _, obj: binary_cache.store("cpu", key, bytes(obj)),
+        getbuffer_func=lambda _: cached,
+    )
+    engine.finalize_object()
+    return CompiledModule(
+        engine=engine,
+        compile_s=time.perf_counter() - t0,
+        llvm_module=mod,
+        target_machine=tm,
+        cached=cached is not None,
+        opt=opt,
+    )
+
+
+def _optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
+    """The O``opt`` pipeline with loop and SLP vectorisation and loop unrolling."""
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    return CompiledModule(engine=engine, compile_s=time.perf_counter() - t0, llvm_module=mod, target_machine=tm)
 
 
 #: Compiled modules of this process, by key (machine code lives as long as its engine).

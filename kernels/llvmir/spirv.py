@@ -10,12 +10,15 @@ binary module a device whose ``CL_DEVICE_IL_VERSION`` lists SPIR-V accepts throu
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
+from hwbench.core import binary_cache
+from hwbench.core.binary_cache import binary_key
 from hwbench.core.kernel import get_kernel
 from hwbench.kernels.llvmir.irutil import I32, I64, VOID, intrinsic_suffix
 from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, index_builtin
@@ -134,7 +137,6 @@ def _clean_up(mod: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
 
 def spirv_problem(binary: bytes) -> str | None:
     """``spirv-val``'s first complaint about ``binary``; None when valid or when spirv-val is absent."""
-    import shutil
     import subprocess
     import tempfile
 
@@ -148,10 +150,16 @@ def spirv_problem(binary: bytes) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip().splitlines()[0]
 
 
-def _build_here(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
+def _ir(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> tuple[ir.Module, Any, str]:
+    """The kernel's SIMT module for a device with ``limits``, its target, and its entry's name."""
     source = get_kernel(kernel).source_module("llvmlite")
     target = SPIRVTarget(DeviceLimits(**limits))
-    return target.lower(source.build(target, dtype, config), source.KERNEL)
+    return source.build(target, dtype, config), target, source.KERNEL
+
+
+def _build_here(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
+    module, target, entry = _ir(kernel, dtype, limits, config)
+    return target.lower(module, entry)
 
 
 def _build_in_child(kernel: str, dtype: str, limits: Mapping[str, Any], config: Mapping[str, int]) -> SIMTBinary:
@@ -188,14 +196,26 @@ def build_spirv(kernel: str, dtype: str, limits: DeviceLimits, config: Mapping[s
     ("Id N is defined more than once") for the same IR, depending on the process's memory
     layout. Where ``spirv-val`` is installed every module is validated, and an invalid one is
     rebuilt in a fresh interpreter; RuntimeError (a compile_error record) if none validates.
+    A module ``spirv-val`` validated is kept in the binary cache, by the hash of its IR and LLVM's
+    version, and taken from there next time.
     """
-    module = _build_here(kernel, dtype, limits.as_dict(), config)
+    import llvmlite.binding as llvm
+
+    start = time.perf_counter()
+    ir_module, target, entry = _ir(kernel, dtype, limits.as_dict(), config)
+    key = binary_key("spirv", llvm.llvm_version_info, TRIPLE, str(ir_module))
+    cached = binary_cache.load("spirv", key)
+    if cached is not None:
+        return SIMTBinary(entry, cached, "", time.perf_counter() - start, target.name)
+    module = target.lower(ir_module, entry)
     problem = spirv_problem(module.binary)
     for _ in range(SPIRV_RETRIES):
         if problem is None:
-            return module
+            break
         module = _build_in_child(kernel, dtype, limits.as_dict(), config)
         problem = spirv_problem(module.binary)
     if problem is not None:
         raise RuntimeError(f"LLVM's SPIR-V backend emitted an invalid module for {kernel} {dtype}: {problem}")
+    if shutil.which("spirv-val"):  # only a validated module is kept: a defective one must not persist
+        binary_cache.store("spirv", key, module.binary)
     return module
