@@ -186,7 +186,9 @@ class CPUBackend(Backend):
         ]
         peak = self.devices()[0].peak
         unmeasured = [d for d in LOW_PRECISION if peak is None or d not in peak.tflops]
-        return [replace(i, on_request=tuple(d for d in i.dtypes if d in unmeasured)) for i in impls]
+        return [
+            replace(i, on_request=tuple(d for d in i.dtypes if d in unmeasured or d in i.on_request)) for i in impls
+        ]
 
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "llvmlite" and not present("llvmlite"):

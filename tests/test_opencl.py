@@ -448,3 +448,40 @@ def test_device_names_say_their_platform(backend) -> None:
         assert found.name.endswith(f" ({platform_label(found.extra['platform'])})")
     assert platform_label("Portable Computing Language") == "PoCL"
     assert platform_label("Intel(R) OpenCL") == "Intel OpenCL"
+
+
+def test_a_native_known_to_miss_the_tolerance_runs_that_dtype_only_when_asked() -> None:
+    """CLBlast's HGEMM sums in fp16 (its accuracy note): a default run plans it as a skipped record
+    that says why and how to run it; --dtype fp16 runs it."""
+    from dataclasses import asdict
+
+    from hwbench.core.backend import declared_natives
+    from hwbench.core.registry import get_kernel
+    from hwbench.run.runner import Plan, plan_cases
+
+    clblast = next(i for i in declared_natives(get_kernel("gemm"), "opencl") if i.name == "clblast")
+    assert clblast.on_request == ("fp16",)
+    impls = [
+        asdict(clblast),
+        {"name": "opencl", "kind": "portable", "language": "opencl-c", "dtypes": ["fp32", "fp16"]},
+    ]
+    backends = [
+        {
+            "name": "opencl",
+            "available": True,
+            "devices": [{"index": 0, "name": "cl0"}],
+            "implementations": {"gemm": impls},
+        }
+    ]
+    shapes = {"gemm": [{"M": 8, "N": 8, "K": 8}]}
+    cases, skipped = plan_cases(
+        Plan(backends=["opencl"], kernels=["gemm"]), backends, {"gemm": ("fp32", "fp16")}, shapes
+    )
+    assert sorted((c.impl, c.dtype) for c in cases) == [("clblast", "fp32"), ("opencl", "fp16"), ("opencl", "fp32")]
+    (left_out,) = skipped
+    assert (left_out["impl"], left_out["dtype"], left_out["status"]) == ("clblast", "fp16", "skipped")
+    assert "accumulates in fp16" in left_out["reason"] and "only when --dtype names it" in left_out["reason"]
+    assert left_out["device"] == "cl0" and left_out["impl_kind"] == "native"
+    asked = Plan(backends=["opencl"], kernels=["gemm"], dtypes=["fp16"])
+    cases, skipped = plan_cases(asked, backends, {"gemm": ("fp32", "fp16")}, shapes)
+    assert sorted(c.impl for c in cases) == ["clblast", "opencl"] and not skipped

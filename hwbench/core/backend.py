@@ -91,7 +91,8 @@ def source_implementation(kernel: Kernel, source: Source, note: str = "") -> Imp
 
 
 def native_implementation(kernel: Kernel, native: Native) -> Implementation:
-    """The implementation a kernel's ``native`` is."""
+    """The implementation a kernel's ``native`` is: the dtypes whose answer it is known to put
+    outside the tolerance (its ``accuracy`` notes) run only on request."""
     entry = kernel.entry(native.call) if native.call else ""
     return Implementation(
         kernel.name,
@@ -102,6 +103,7 @@ def native_implementation(kernel: Kernel, native: Native) -> Implementation:
         native.dtypes,
         entry,
         dict(native.requires),
+        on_request=tuple(d for d in native.dtypes if d in native.accuracy),
     )
 
 

@@ -109,6 +109,14 @@ def runnable_kernels(kernels: list[str], backends: list[dict[str, Any]]) -> list
     return [k for k in kernels if not only_on(k) or k in offered]
 
 
+def _on_request(case: CaseRequest) -> str:
+    """Why a default selection leaves ``case`` out, and how to run it."""
+    natives = get_kernel(case.kernel).natives.get(case.backend, ())
+    known = next((n.accuracy.get(case.dtype, "") for n in natives if n.impl == case.impl), "")
+    why = f"{known}; " if known else ""
+    return f"{why}{case.impl} runs {case.dtype} only when --dtype names it"
+
+
 def _none_here(name: str, kernel: str, offered: list[dict[str, Any]], impls: list[str] | None) -> str:
     """Why backend ``name`` runs no implementation of ``kernel``."""
     has = ", ".join(i["name"] for i in offered) or "none"
@@ -186,12 +194,16 @@ def plan_cases(
             skipped += unplaced
             for index, shape in pairs:
                 for dtype in _dtypes_for(impls, kernel_dtypes[kernel], plan.dtypes):
-                    # Unasked, a dtype runs on the implementations that offer it; asked for, on all
+                    # Unasked, a dtype runs on the implementations that offer it but those that
+                    # take it only on request (a skipped record says why); asked for, on all
                     # (those without it are skipped records that say so).
                     for impl in (i for i in impls if plan.dtypes or dtype in i["dtypes"]):
-                        cases.append(
-                            CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
-                        )
+                        request = CaseRequest(kernel, impl["name"], name, index, dtype, dict(shape), plan.seed, timing)
+                        if not plan.dtypes and dtype in impl.get("on_request", ()):
+                            record = failed(base_record(request, None, None), "skipped", _on_request(request))
+                            skipped.append(fill_coordinates(record, backends))
+                        else:
+                            cases.append(request)
     return cases, skipped
 
 
