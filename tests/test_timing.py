@@ -183,7 +183,7 @@ def test_zero_estimate_is_clamped(clock: FakeClock) -> None:
     assert t.stopped_by == "noise"
 
 
-@pytest.mark.parametrize("profile,budget", [("quick", 0.15), ("standard", 1.0), ("full", 2.0)])
+@pytest.mark.parametrize("profile,budget", [("quick", 0.1), ("standard", 1.0), ("full", 2.0)])
 def test_for_profile(profile: str, budget: float) -> None:
     config = TimingConfig.for_profile(profile, flush=False)
     assert config.budget_s == budget

@@ -32,7 +32,8 @@ class TimingConfig:
     @classmethod
     def for_profile(cls, profile: str, flush: bool = True) -> TimingConfig:
         """Budgets that keep a profile's run time in proportion to its size."""
-        budget = {"quick": 0.15, "standard": 1.0, "full": 2.0}[profile]
+        # quick: about triton.testing.do_bench's defaults (25 ms of warm-up, 100 ms of timed calls).
+        budget = {"quick": 0.1, "standard": 1.0, "full": 2.0}[profile]
         energy = {"quick": 2.0, "standard": 3.0, "full": 5.0}[profile]
         return cls(warmup_s=budget / 5, budget_s=budget, flush=flush, energy_s=energy)
 
