@@ -49,17 +49,15 @@ BUSY_TRIES = 4
 
 def arch_of(props: Any, hip: bool) -> str:
     """The architecture Triton and LLVM take for a device as torch describes it (``props`` from
-    ``torch.cuda.get_device_properties``): on a CUDA build ``sm_{major}{minor}`` (torch fills
-    ``gcnArchName`` with the device's name there), on a HIP build (``hip``) ``gcnArchName``
-    without its feature suffixes (``gfx942:sramecc+:xnack-`` is ``gfx942``)."""
+    ``torch.cuda.get_device_properties``): on a CUDA build ``sm_{major}{minor}`` (torch fills ``gcnArchName``
+    with the device's name there), on a HIP build (``hip``) ``gcnArchName`` without its feature suffixes."""
     if not hip:
         return f"sm_{props.major}{props.minor}"
     return str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()
 
 
 def flush_bytes(extra: Mapping[str, Any]) -> int:
-    """Bytes the flush writes: twice the larger of the L2 the runtime reports and the catalog's
-    last-level cache (``l2_bytes``, ``llc_bytes`` of a device's ``extra``; 64 MiB when neither)."""
+    """Bytes the flush writes: twice the larger of the runtime's L2 and the catalog's LLC (64 MiB when neither)."""
     largest = max(int(extra.get("l2_bytes") or 0), int(extra.get("llc_bytes") or 0))
     return 2 * (largest or 64 * 2**20)
 
@@ -301,16 +299,15 @@ class TorchGPUBackend(Backend):
         return EventTimer(self.event_name)
 
     def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
-        size = flush_bytes(device.extra) / 2**20
-        return Flush(self.flush(device), f"writes {size:.0f} MiB on the device (twice its largest cache)")
+        return Flush(self.flush(device), f"writes {flush_bytes(device.extra) >> 20} MiB on the device")
 
     def flush(self, device: DeviceInfo) -> Callable[[], None]:
         import torch
 
         buffer = torch.empty(flush_bytes(device.extra) // 4, dtype=torch.int32, device=f"cuda:{device.index}")
 
-        def flush() -> None:
-            buffer.zero_()  # writes every line of a buffer twice the last-level cache: inputs and outputs are evicted
+        def flush() -> None:  # writes every line of a buffer twice the last-level cache: inputs and outputs go
+            buffer.zero_()
 
         return flush
 

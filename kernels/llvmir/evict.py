@@ -26,6 +26,7 @@ Regions = Sequence[tuple[int, int]]
 def _build(instruction: str):  # -> llvmlite.ir.Module
     from llvmlite import ir
 
+    # The IR helpers import llvmlite, which is optional: this module is imported without it.
     from hwbench.kernels.llvmir.irutil import I64, PTR, VOID, elem_ptr, for_range, i64, load
 
     module = ir.Module(name="evict")
@@ -55,7 +56,7 @@ class LineEvictor:
     levels, then fence."""
 
     def __init__(self, instruction: str, features: str) -> None:
-        from hwbench.kernels.llvmir.jit import compile_module
+        from hwbench.kernels.llvmir.jit import compile_module  # needs llvmlite (see _build)
 
         #: The instruction each line takes (``clflushopt`` where the CPU has it, else ``clflush``).
         self.instruction = instruction.rsplit(".", 1)[-1]
@@ -77,7 +78,7 @@ def line_evictor() -> LineEvictor | None:
     try:
         import llvmlite.binding as llvm
 
-        from hwbench.kernels.llvmir.target import enabled_features
+        from hwbench.kernels.llvmir.target import enabled_features  # needs llvmlite (see _build)
     except ImportError:
         return None
     features = llvm.get_host_cpu_features().flatten()
