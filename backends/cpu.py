@@ -50,10 +50,12 @@ def cpu_llvm_dtypes(kernel: str) -> tuple[str, ...]:
 class HostCall(Prepared):
     """A host library call; ``result`` converts what it returned (an array or a host tensor)."""
 
-    def __init__(self, call: Callable[[], Any], config: Mapping[str, Any], inputs: Mapping[str, Any] = {}) -> None:
+    def __init__(
+        self, call: Callable[[], Any], config: Mapping[str, Any], inputs: Mapping[str, Any] | None = None
+    ) -> None:
         self._call = call
         self._last: Any = None
-        self._inputs = dict(inputs)
+        self._inputs = dict(inputs or {})
         self.config = dict(config)
 
     def memory(self) -> list[tuple[int, int]]:
