@@ -59,8 +59,9 @@ class HostCall(Prepared):
         self.config = dict(config)
 
     def memory(self) -> list[tuple[int, int]]:
-        """The host memory the call reads and writes: the inputs, the arrays and tensors the
-        call holds (its converted operands, its output) and what it returned last."""
+        """The case's inputs and output as the call holds them: the inputs, the arrays and
+        tensors the call closes over (its converted operands, its output) and what it returned
+        last. Scratch a library keeps to itself (OpenBLAS's packing buffers) is not among them."""
         return held_regions([self._inputs, self._call, self._last])
 
     def run(self) -> None:
@@ -89,7 +90,7 @@ class HostKernel(Prepared):
         return np.asarray(self._kernel.output)
 
     def memory(self) -> list[tuple[int, int]]:
-        """The host memory the kernel reads and writes (inputs, output, workspaces)."""
+        """The kernel's inputs and output (its workspaces are its own scratch)."""
         return held_regions(self._kernel.memory())
 
     def clear_output(self) -> bool:
@@ -225,13 +226,15 @@ class CPUBackend(Backend):
         return (RuntimeError,) if present("llvmlite") else ()
 
     def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
-        """Every line of the case's own memory flushed from all cache levels (``clflushopt``), where
-        the host can and the case says what its memory is; else :meth:`flush`."""
+        """Every line of the case's inputs and output flushed from all cache levels (``clflushopt``),
+        where the host can and the case says what they are; else :meth:`flush`. Each
+        implementation's own scratch is left as its last call left it."""
         owned = prepared if isinstance(prepared, HostCall | HostKernel) else None
         evictor = line_evictor() if owned is not None and owned.memory() and present("llvmlite") else None
         if owned is None or evictor is None:
             run = self.flush(device)
-            return Flush(run, f"writes {self._flush_nbytes(device) / 2**20:.0f} MiB (twice the last-level cache)")
+            size = self._flush_nbytes(device) / 2**20
+            return Flush(run, f"reads and writes {size:.0f} MiB (twice the last-level cache)")
         # The regions are taken anew at each flush, from the objects the case holds then.
         return Flush(lambda: evictor(owned.memory()), evict_method(evictor, owned.memory()))
 

@@ -276,18 +276,19 @@ class OpenCLBackend(Backend):
         return EventTimer(self._state(device), device.extra.get("timer_resolution_ns"))
 
     def case_flush(self, device: DeviceInfo, prepared: Prepared) -> Flush | None:
-        """On a CPU device, every line of the case's buffers flushed from the host's caches
-        (``clflushopt``, through a map of each) where the host can; else :meth:`flush`."""
+        """On a CPU device, every line of the case's buffers (its inputs and output) flushed from the
+        host's caches (``clflushopt``, through a map of each) where the host can and a map hands
+        out the buffer's own memory; else :meth:`flush`."""
         if device.kind != "cpu":
             return super().case_flush(device, prepared)
         buffers = prepared.buffers() if isinstance(prepared, launcher.Enqueued) else []
         evictor = line_evictor() if buffers and present("llvmlite") else None
-        if evictor is None:
+        if evictor is None or not launcher.maps_own_memory(self._state(device), buffers):
             host = get_backend("cpu")
             return host.case_flush(host.devices()[0], prepared)
         state = self._state(device)
         method = evict_method(evictor, [(0, b.size) for b in buffers])
-        return Flush(lambda: launcher.evict_mapped(state, buffers, evictor), f"{method}, each mapped")
+        return Flush(lambda: launcher.evict_mapped(state, buffers, evictor), f"{method}, each buffer mapped")
 
     def flush(self, device: DeviceInfo) -> Callable[[], None] | None:
         if device.kind == "cpu":  # the device's caches are the host's: evict them as the cpu backend does

@@ -21,6 +21,7 @@ from hwbench.core import binary_cache
 from hwbench.core.backend import Prepared, Timer
 from hwbench.core.binary_cache import binary_key
 from hwbench.core.dtypes import device_numpy
+from hwbench.core.host import cpu_info
 from hwbench.core.launch import OUTPUT, Arg, Launch
 
 #: NumPy type of each scalar type a binding may pass.
@@ -162,9 +163,8 @@ class EventTimer(Timer):
         return max(last.profile.end - first.profile.start, 0) * 1e-9
 
 
-def evict_mapped(state: DeviceState, buffers: list[Any], evict: Callable[[list[tuple[int, int]]], None]) -> None:
-    """Flush ``buffers`` of a CPU device from the host's caches: each is mapped (on a CPU device a
-    map hands out the buffer's own memory), its lines evicted by ``evict``, then unmapped."""
+def _mapped(state: DeviceState, buffers: list[Any], use: Callable[[list[tuple[int, int]]], Any]) -> Any:
+    """``use`` of the ``(address, bytes)`` of each buffer mapped for reading; unmapped after."""
     import pyopencl as cl
 
     maps: list[Any] = []
@@ -174,11 +174,31 @@ def evict_mapped(state: DeviceState, buffers: list[Any], evict: Callable[[list[t
                 state.queue, buffer, cl.map_flags.READ, 0, (buffer.size,), np.dtype(np.uint8)
             )
             maps.append(mapped[0])
-        evict([(a.ctypes.data, a.nbytes) for a in maps])
+        return use([(a.ctypes.data, a.nbytes) for a in maps])
     finally:
         for array in maps:
             array.base.release(state.queue)
         state.queue.finish()
+
+
+def maps_own_memory(state: DeviceState, buffers: list[Any]) -> bool:
+    """Whether mapping ``buffers`` hands out their own memory, as CPU devices do: the device shares
+    the host's memory (``CL_DEVICE_HOST_UNIFIED_MEMORY``) and two maps of each buffer give the same
+    address. A runtime that maps through a copy would make a flush of the map evict only the copy."""
+    try:
+        if not state.device.host_unified_memory:
+            return False
+    except Exception:  # the query is deprecated in OpenCL 2 and later: a runtime may refuse it
+        return False
+    first = _mapped(state, buffers, list)
+    return first == _mapped(state, buffers, list)
+
+
+def evict_mapped(state: DeviceState, buffers: list[Any], evict: Callable[[list[tuple[int, int]]], None]) -> None:
+    """Flush ``buffers`` of a CPU device from the host's caches: each is mapped (where
+    :func:`maps_own_memory`, the map is the buffer's own memory), its lines evicted by ``evict``,
+    then unmapped."""
+    _mapped(state, buffers, evict)
 
 
 def scalar(arg: Arg) -> Any:
@@ -266,6 +286,9 @@ def build_spirv(state: DeviceState, module: Any, kernel: str, dtype: str) -> tup
     device = state.device
     key = binary_key("opencl-program", device.platform.name, device.platform.version, device.name)
     key = binary_key(key, device.version, device.driver_version, module.binary)
+    if device.type & cl.device_type.CPU:  # its binary is the host's machine code: name the host's CPU too
+        host = cpu_info()
+        key = binary_key(key, host["model"], host["machine"], *host["features"])
 
     def build() -> Any:
         cached = binary_cache.load("opencl", key)

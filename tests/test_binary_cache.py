@@ -69,6 +69,20 @@ def test_a_cache_folder_that_cannot_be_made_stores_nothing(cache_dir: Path) -> N
     assert sorted(p.name for p in (cache_dir / "binaries").iterdir()) == ["cpu"]
 
 
+def test_a_folder_others_may_write_is_not_used(cache_dir: Path) -> None:
+    """The cache holds code that is run: a folder another user could plant files in is left alone."""
+    assert binary_cache.store("cpu", "k", b"x")
+    folder = cache_dir / "binaries" / "cpu"
+    assert folder.stat().st_mode & 0o777 == 0o700  # made for this user alone
+    folder.chmod(0o777)
+    try:
+        assert binary_cache.load("cpu", "k") is None
+        assert not binary_cache.store("cpu", "k2", b"y")
+    finally:
+        folder.chmod(0o700)
+    assert binary_cache.load("cpu", "k") == b"x"
+
+
 JIT_CHILD = """
 import ctypes, sys
 from llvmlite import ir
@@ -115,7 +129,7 @@ def test_a_changed_module_is_compiled_anew(cache_dir: Path) -> None:
         assert (c.cached, fn(2.0)) == (cached, 2.0 * factor)
 
 
-def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(cache_dir: Path) -> None:
+def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(cache_dir: Path, monkeypatch) -> None:
     pytest.importorskip("pyopencl")
     pytest.importorskip("llvmlite")
     import pyopencl as cl
@@ -139,6 +153,10 @@ def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(c
     module = lower("gemm", "fp32", limits, cfg)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((37, 29), np.float32), rng.standard_normal((29, 45), np.float32)
+    loaded, stored = [], []
+    real_load, real_store = binary_cache.load, binary_cache.store
+    monkeypatch.setattr(binary_cache, "load", lambda *a: loaded.append(real_load(*a)) or loaded[-1])
+    monkeypatch.setattr(binary_cache, "store", lambda *a: stored.append(a[0]) or real_store(*a))
     results = []
     for _ in range(2):  # two device states: the second finds no program of the first
         state = DeviceState(found[0])
@@ -157,3 +175,6 @@ def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(c
         assert len(list((cache_dir / "binaries" / "opencl").iterdir())) == 1
     np.testing.assert_allclose(results[0], a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
     assert np.array_equal(results[0], results[1])
+    # The first state built from the IL and kept the binary; the second built from that binary
+    # (a rejected one would have been built from the IL and kept again).
+    assert loaded[0] is None and isinstance(loaded[1], bytes) and stored == ["opencl"]

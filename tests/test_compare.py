@@ -250,3 +250,13 @@ def test_compare_notes_a_kernel_whose_inputs_version_differs(
     assert json.loads(captured.out)["inputs_versions"][0]["kernel"] == "attention"
     assert "hwbench: note: attention" in captured.err
     assert main(["compare", str(new), str(new)]) == 0 and "note" not in capsys.readouterr().err
+
+
+def test_cases_flushed_differently_get_a_warning(tmp_path: Path) -> None:
+    old = record("gemm", "llvm", "fp32", SHAPE, 1e-3)  # no timing.flush: a whole-cache write
+    lines = json.loads(json.dumps(old))
+    lines["timing"]["flush"] = "clflushopt on every line of the case's inputs and output (3 regions, 0.1 MiB)"
+    a, b = write(tmp_path / "a.json", document([old])), write(tmp_path / "b.json", document([lines]))
+    doc = compare(load_checked(a), load_checked(b))
+    assert any("cache flushes differ in 1 matched cases (whole cache -> lines)" in w for w in doc["warnings"])
+    assert not any("flushes differ" in w for w in compare(load_checked(b), load_checked(b))["warnings"])

@@ -485,3 +485,23 @@ def test_a_native_known_to_miss_the_tolerance_runs_that_dtype_only_when_asked() 
     asked = Plan(backends=["opencl"], kernels=["gemm"], dtypes=["fp16"])
     cases, skipped = plan_cases(asked, backends, {"gemm": ("fp32", "fp16")}, shapes)
     assert sorted(c.impl for c in cases) == ["clblast", "opencl"] and not skipped
+
+
+def test_the_native_baseline_is_not_one_known_to_miss_the_dtypes_tolerance() -> None:
+    """CLBlast is the opencl GEMM baseline, but not for fp16, where it sums in fp16."""
+    pytest.importorskip("pyopencl")
+    from hwbench.run.case import CaseRequest, Pipeline
+
+    pipeline = Pipeline()
+    backend = get_backend("opencl")
+    if not backend.probe().ok:
+        pytest.skip(f"no OpenCL: {backend.probe().reason}")
+    found = [d for d in backend.devices() if "cl_khr_fp16" in d.extra.get("extensions", [])]
+    if not found:
+        pytest.skip("no OpenCL device here has cl_khr_fp16")
+    shape = {"M": 8, "N": 8, "K": 8}
+    fp16 = pipeline.resolve(CaseRequest("gemm", "opencl", "opencl", found[0].index, "fp16", shape))
+    fp32 = pipeline.resolve(CaseRequest("gemm", "opencl", "opencl", found[0].index, "fp32", shape))
+    assert pipeline.native_twin(fp16) is None
+    twin = pipeline.native_twin(fp32)
+    assert twin is not None and twin.impl.name == "clblast"

@@ -167,3 +167,15 @@ def test_worst_is_chosen_among_failing_elements_only() -> None:
     assert p.mismatches == 1
     assert p.max_abs_err == 1.0
     assert "worst at (1,)" in p.reason
+
+
+def test_a_non_contiguous_output_is_checked_as_its_contiguous_copy() -> None:
+    """The chunked check reads strided outputs (a transposed result) element for element in C order."""
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal((300, 700))
+    out = np.asfortranarray(ref + rng.standard_normal(ref.shape) * 1e-7)
+    out[123, 456] = 5.0
+    tol = Tolerance(atol=1e-6, rtol=1e-6)
+    strided, copied = check(out, ref, tol), check(np.ascontiguousarray(out), ref, tol)
+    assert not out.flags.c_contiguous and strided == copied
+    assert strided.mismatches == 1 and "(123, 456)" in strided.reason

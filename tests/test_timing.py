@@ -189,3 +189,11 @@ def test_for_profile(profile: str, budget: float) -> None:
     assert config.budget_s == budget
     assert config.warmup_s == pytest.approx(budget / 5)
     assert config.flush is False
+
+
+def test_an_estimate_kept_as_a_sample_must_be_a_time(clock: FakeClock) -> None:
+    """A first call the timer reads as 0 is the estimate only (clamped), never a sample."""
+    calls, timer = _setup([0.0, 2.0, 2.0, 2.0], clock)
+    config = TimingConfig(warmup_s=0.0, budget_s=1.0, min_samples=3, max_samples=50, target_cv=0.01)
+    t = measure(calls.run, timer, None, config)
+    assert t.estimate_s == 1e-9 and 0.0 not in t.samples

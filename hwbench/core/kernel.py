@@ -101,6 +101,7 @@ class Native:
     unless: tuple[str, ...] = ()
     #: What the library is known to do per dtype that can put it outside the tolerance every
     #: implementation is held to (e.g. accumulating fp16 in fp16); added to a failed parity's reason.
+    #: Such a dtype runs only when ``--dtype`` names it (a default run records it as skipped).
     accuracy: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -173,6 +173,29 @@ def inputs_version_notes(
     return notes
 
 
+def flush_kind(record: dict[str, Any]) -> str:
+    """How a record's caches were flushed before its timed calls: ``none``, ``lines`` (the case's
+    own memory, line by line) or ``whole cache`` (a buffer larger than the caches written; also
+    every record older than ``timing.flush``)."""
+    timing = record.get("timing") or {}
+    if timing.get("flushed") is False:
+        return "none"
+    return "lines" if "clflush" in str(timing.get("flush") or "") else "whole cache"
+
+
+def flush_warnings(
+    base: dict[tuple[Any, ...], dict[str, Any]], new: dict[tuple[Any, ...], dict[str, Any]]
+) -> list[str]:
+    """One line when matched cases were flushed differently: their times may differ for that alone."""
+    differ = [k for k in base if k in new and flush_kind(base[k]) != flush_kind(new[k])]
+    if not differ:
+        return []
+    kinds = sorted({f"{flush_kind(base[k])} -> {flush_kind(new[k])}" for k in differ})
+    return [
+        f"cache flushes differ in {len(differ)} matched cases ({', '.join(kinds)}): times may differ for that alone"
+    ]
+
+
 def compare_case(
     base: dict[str, Any], new: dict[str, Any], alpha: float, noise: float, thresholds: list[Threshold]
 ) -> dict[str, Any]:
@@ -228,6 +251,7 @@ def compare(
     thresholds = list(thresholds or [])
     warnings = environment_warnings(base, new)
     a, b = _index(base, warnings), _index(new, warnings)
+    warnings += flush_warnings(a, b)
     cases = []
     for key in [k for k in a if k in b]:
         cases.append({**coordinates(a[key]), **compare_case(a[key], b[key], alpha, noise, thresholds)})

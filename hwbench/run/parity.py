@@ -70,6 +70,12 @@ def _chunk(out: np.ndarray, ref: np.ndarray, tol: Tolerance, offset: int, tally:
             tally.worst_err, tally.worst_at = float(err[where]), offset + where
 
 
+def _chunk_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Elements ``start:stop`` of ``array`` in C order: a view where it is contiguous, else a copy
+    of those elements alone."""
+    return array.reshape(-1)[start:stop] if array.flags.c_contiguous else array.flat[start:stop]
+
+
 def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
     """Element-wise check ``|out - ref| <= atol + rtol * |ref|`` (or equality when exact).
 
@@ -91,19 +97,18 @@ def check(output: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Parity:
             False,
             f"output shape {out.shape} differs from reference shape {ref.shape}",
         )
-    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     tally = _Tally()
-    for start in range(0, flat_ref.size, CHUNK):
-        stop = min(start + CHUNK, flat_ref.size)
-        piece_out = np.asarray(flat_out[start:stop], dtype=np.float64)
-        piece_ref = np.asarray(flat_ref[start:stop], dtype=np.float64)
+    for start in range(0, ref.size, CHUNK):
+        stop = min(start + CHUNK, ref.size)
+        piece_out = np.asarray(_chunk_of(out, start, stop), dtype=np.float64)
+        piece_ref = np.asarray(_chunk_of(ref, start, stop), dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):  # infinities and NaN are counted, not warned of
             _chunk(piece_out, piece_ref, tol, start, tally)
     reason = ""
     if tally.mismatches:
         where = np.unravel_index(tally.worst_at, ref.shape)
-        got = np.asarray(flat_out[tally.worst_at], dtype=np.float64)[()]
-        want = np.asarray(flat_ref[tally.worst_at], dtype=np.float64)[()]
+        got = np.float64(out.flat[tally.worst_at])
+        want = np.float64(ref.flat[tally.worst_at])
         reason = (
             f"{tally.mismatches} of {ref.size} elements outside tolerance "
             f"(worst at {tuple(int(i) for i in where)}: got {got!r}, want {want!r})"

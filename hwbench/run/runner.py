@@ -111,7 +111,10 @@ def runnable_kernels(kernels: list[str], backends: list[dict[str, Any]]) -> list
 
 def _on_request(case: CaseRequest) -> str:
     """Why a default selection leaves ``case`` out, and how to run it."""
-    natives = get_kernel(case.kernel).natives.get(case.backend, ())
+    try:
+        natives = get_kernel(case.kernel).natives.get(case.backend, ())
+    except UserError:
+        natives = ()
     known = next((n.accuracy.get(case.dtype, "") for n in natives if n.impl == case.impl), "")
     why = f"{known}; " if known else ""
     return f"{why}{case.impl} runs {case.dtype} only when --dtype names it"

@@ -77,7 +77,7 @@ def measure(run: Callable[[], None], timer: Timer, flush: Callable[[], None] | N
         run()
     # A call slower than the budget still gets a few samples, not min_samples of them.
     min_samples = max(3, min(config.min_samples, int(config.budget_s / estimate)))
-    samples: list[float] = [] if warmup else [first]
+    samples: list[float] = [first] if not warmup and first > 0 else []
     measure_start = time.perf_counter()
     stopped_by = "max_samples"
     while len(samples) < config.max_samples:

@@ -147,12 +147,9 @@ class PreparedKernel:
         self._worker_args = [(counter_ptr, self.total) + grid_args + (buf[1],) + tuple(args) for buf in self._buffers]
 
     def memory(self) -> list[np.ndarray]:
-        """The arrays the kernel reads and writes: its bound inputs, its output, the workspaces."""
-        return (
-            [a for a in self._keepalive[1] if isinstance(a, np.ndarray)]
-            + [self.output]
-            + [raw for raw, _ in self._buffers]
-        )
+        """The kernel's inputs (as bound: bf16 as its 16-bit patterns) and its output; not its
+        workspaces, which are its own scratch, as a library's are."""
+        return [a for a in self._keepalive[1] if isinstance(a, np.ndarray)] + [self.output]
 
     def _work(self, w: int) -> None:
         self._dynamic(*self._worker_args[w])

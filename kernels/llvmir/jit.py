@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
@@ -36,9 +38,11 @@ class CompiledModule:
     llvm_module: llvm.ModuleRef
     target_machine: llvm.TargetMachine
     _addresses: dict[str, int] = field(default_factory=dict)
-    #: Whether the machine code came from the binary cache (then ``llvm_module`` is not yet optimised).
+    #: Whether the machine code came from the binary cache (``llvm_module`` is then optimised
+    #: only when :meth:`assembly` asks for it).
     cached: bool = False
     opt: int = 3
+    _optimised: bool = True
 
     def function_address(self, name: str) -> int:
         """Address of a compiled function."""
@@ -60,9 +64,9 @@ class CompiledModule:
 
     def assembly(self) -> str:
         """Optimised machine code as assembly text (for inspection)."""
-        if self.cached:  # the code was loaded, not compiled: optimise the IR now, as it was then
+        if not self._optimised:  # the code was loaded, not compiled: optimise the IR now, as it was then
             _optimise(self.llvm_module, self.target_machine, self.opt)
-            self.cached = False
+            self._optimised = True
         return self.target_machine.emit_assembly(self.llvm_module)
 
 
@@ -80,7 +84,8 @@ def compile_module(
         cpu=cpu_name, features=features, opt=opt, codemodel="jitdefault"
     )
     text = str(module)
-    key = binary_key("llvmlite-mcjit", llvm.llvm_version_info, triple, cpu_name, features, opt, text)
+    key = binary_key("llvmlite-mcjit", llvmlite.__version__, llvm.llvm_version_info, triple, cpu_name, features)
+    key = binary_key(key, opt, inspect.getsource(_optimise), text)  # a changed pipeline is a new key
     cached = binary_cache.load("cpu", key)
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -99,6 +104,7 @@ def compile_module(
         target_machine=tm,
         cached=cached is not None,
         opt=opt,
+        _optimised=cached is None,
     )
 
 

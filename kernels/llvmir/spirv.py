@@ -10,6 +10,7 @@ binary module a device whose ``CL_DEVICE_IL_VERSION`` lists SPIR-V accepts throu
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -199,11 +200,13 @@ def build_spirv(kernel: str, dtype: str, limits: DeviceLimits, config: Mapping[s
     A module ``spirv-val`` validated is kept in the binary cache, by the hash of its IR and LLVM's
     version, and taken from there next time.
     """
+    import llvmlite
     import llvmlite.binding as llvm
 
     start = time.perf_counter()
     ir_module, target, entry = _ir(kernel, dtype, limits.as_dict(), config)
-    key = binary_key("spirv", llvm.llvm_version_info, TRIPLE, str(ir_module))
+    lowering = "".join(inspect.getsource(f) for f in (_machine, _clean_up, emit_spirv))  # a changed lowering: new keys
+    key = binary_key("spirv", llvmlite.__version__, llvm.llvm_version_info, TRIPLE, lowering, str(ir_module))
     cached = binary_cache.load("spirv", key)
     if cached is not None:
         return SIMTBinary(entry, cached, "", time.perf_counter() - start, target.name)

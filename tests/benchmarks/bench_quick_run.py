@@ -1,12 +1,14 @@
 """Wall time of the default quick run (``hwbench run``, every backend, kernel, dtype and device
-found here), first with an empty cache folder (every compiler's first build: PoCL, Intel's
-OpenCL compiler, llvmlite, CLBlast) and then again with the caches that run left.
+found here), first with empty caches (hwbench's binaries, PoCL's and pyopencl's kernel caches,
+Triton's, CUDA's and CuPy's: every compiler's first build) and then again with the caches that
+run left. Intel's OpenCL CPU compiler and CLBlast keep no cache of their own: they compile anew
+in every run.
 
     .venv/bin/python tests/benchmarks/bench_quick_run.py [--warm N]
 
-The cache folder (``HWBENCH_CACHE_DIR``) and the results files live in a temporary folder this
-script removes. Prints each run's seconds, exit status and record count, and /proc/loadavg
-before and after (other work on the machine lengthens every run).
+The cache folders and the results files live in a temporary folder this script removes.
+Prints each run's seconds, exit status and record count, and /proc/loadavg before and after
+(other work on the machine lengthens every run).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def main() -> int:
     print(f"loadavg before: {_loadavg()}")
     folder = Path(tempfile.mkdtemp(prefix="hwbench-bench-quick-"))
     try:
-        env = {**os.environ, "HWBENCH_CACHE_DIR": str(folder / "cache")}
+        caches = ("HWBENCH_CACHE_DIR", "XDG_CACHE_HOME", "POCL_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+        env = {**os.environ, **{name: str(folder / name.lower()) for name in (*caches, "CUPY_CACHE_DIR")}}
         for number in range(1 + args.warm):
             out = folder / f"run{number}.json"
             start = time.perf_counter()
