@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--k", default="256,1024,2048", help="comma list of K")
     parser.add_argument("--config", action="append", default=[], help="a configuration as JSON (repeatable)")
     args = parser.parse_args()
+    # pyopencl and llvmlite are optional: imported once the arguments are read (--help works without).
     import pyopencl as cl
 
     from hwbench.backends import opencl
