@@ -9,9 +9,11 @@ Skipped only where Chromium is not installed (ci/apt-packages.txt installs it in
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -120,6 +122,7 @@ def browser() -> Iterator[Page]:
         stdout=log,
         stderr=subprocess.STDOUT,
         env=dict(os.environ, TMPDIR=str(profile)),  # its org.chromium.* folders go with the profile
+        start_new_session=True,  # a group of its own: its helper processes are stopped with it
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -138,13 +141,34 @@ def browser() -> Iterator[Page]:
         yield page
         page.ws.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop_group(proc)
         log.close()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop Chromium and every process of its group (the network service and the zygote outlive
+    the browser and still write into the profile), SIGKILL what is left after 20 s, and wait until
+    none is left, so that the profile can go."""
+    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the browser itself
+            if not _group_running(proc.pid):
+                return
+            time.sleep(0.05)
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of ``group`` still runs (zombies waiting for a reaper do not count)."""
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat_file.read_text().rpartition(")")[2].split()
+            if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+                return True
+    return False
 
 
 def _report(tmp_path: Path, *names: str) -> Path:
