@@ -230,13 +230,14 @@ class CPUBackend(Backend):
         where the host can and the case says what they are; else :meth:`flush`. Each
         implementation's own scratch is left as its last call left it."""
         owned = prepared if isinstance(prepared, HostCall | HostKernel) else None
-        evictor = line_evictor() if owned is not None and owned.memory() and present("llvmlite") else None
+        regions = owned.memory() if owned is not None else []
+        evictor = line_evictor() if regions and present("llvmlite") else None
         if owned is None or evictor is None:
             run = self.flush(device)
             size = self._flush_nbytes(device) / 2**20
             return Flush(run, f"reads and writes {size:.0f} MiB (twice the last-level cache)")
         # The regions are taken anew at each flush, from the objects the case holds then.
-        return Flush(lambda: evictor(owned.memory()), evict_method(evictor, owned.memory()))
+        return Flush(lambda: evictor(owned.memory()), evict_method(evictor, regions))
 
     @staticmethod
     def _flush_nbytes(device: DeviceInfo) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
@@ -85,7 +86,7 @@ def compile_module(
     )
     text = str(module)
     key = binary_key("llvmlite-mcjit", llvmlite.__version__, llvm.llvm_version_info, triple, cpu_name, features)
-    key = binary_key(key, opt, inspect.getsource(_optimise), text)  # a changed pipeline is a new key
+    key = binary_key(key, opt, _pipeline_source(), text)  # a changed pipeline is a new key
     cached = binary_cache.load("cpu", key)
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -106,6 +107,12 @@ def compile_module(
         opt=opt,
         _optimised=cached is None,
     )
+
+
+@functools.cache
+def _pipeline_source() -> str:
+    """The source of :func:`_optimise`, part of every cache key (read once per process)."""
+    return inspect.getsource(_optimise)
 
 
 def _optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:

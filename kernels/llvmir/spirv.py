@@ -14,6 +14,7 @@ import inspect
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
@@ -136,6 +137,13 @@ def _clean_up(mod: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
     pm.run(mod, llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2)))
 
 
+@cache
+def _lowering_source() -> str:
+    """The source of the functions that lower a module, part of every cache key: a changed
+    lowering makes new keys (read once per process)."""
+    return "".join(inspect.getsource(f) for f in (_machine, _clean_up, emit_spirv))
+
+
 def spirv_problem(binary: bytes) -> str | None:
     """``spirv-val``'s first complaint about ``binary``; None when valid or when spirv-val is absent."""
     import subprocess
@@ -205,8 +213,7 @@ def build_spirv(kernel: str, dtype: str, limits: DeviceLimits, config: Mapping[s
 
     start = time.perf_counter()
     ir_module, target, entry = _ir(kernel, dtype, limits.as_dict(), config)
-    lowering = "".join(inspect.getsource(f) for f in (_machine, _clean_up, emit_spirv))  # a changed lowering: new keys
-    key = binary_key("spirv", llvmlite.__version__, llvm.llvm_version_info, TRIPLE, lowering, str(ir_module))
+    key = binary_key("spirv", llvmlite.__version__, llvm.llvm_version_info, TRIPLE, _lowering_source(), str(ir_module))
     cached = binary_cache.load("spirv", key)
     if cached is not None:
         return SIMTBinary(entry, cached, "", time.perf_counter() - start, target.name)
