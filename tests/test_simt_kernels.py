@@ -76,7 +76,7 @@ def _run(il_device: Any, source: Any, shape: dict[str, int], dtype: str, cfg: di
     flags = cl.mem_flags
     buffers = {name: cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=a) for name, a in inputs.items()}
     out = np.zeros(plan.output, NP[dtype])
-    out_buf = cl.Buffer(context, flags.WRITE_ONLY, max(out.nbytes, 1))
+    out_buf = cl.Buffer(context, flags.READ_WRITE, max(out.nbytes, 1))  # GEMM's chunks of K read it back
     args = []
     for arg in plan.args:
         if arg.buffer == OUTPUT:
@@ -95,16 +95,37 @@ def _run(il_device: Any, source: Any, shape: dict[str, int], dtype: str, cfg: di
 
 
 GEMM_SHAPES = [(1, 4097, 3), (257, 129, 65)]
-#: Work-groups of many work-items, local-memory tiles, barriers; register tiles of several shapes.
-GEMM_CONFIGS = [
-    None,  # the device's own configuration
-    {"WGN": 4, "WGM": 4, "TM": 3, "TNV": 2, "VW": 2, "TK": 6},
-    {"WGN": 16, "WGM": 16, "TM": 4, "TNV": 4, "VW": 1, "TK": 16},
-    {"WGN": 1, "WGM": 4, "TM": 4, "TNV": 2, "VW": 8, "TK": 16},
-]
+#: Work-groups of many work-items, local-memory tiles, barriers; register tiles of several shapes;
+#: the streamed kernel blocked into several register tiles and chunks of K (even chunks that are
+#: no multiple of the vector width), reading A and B in place or from packed local panels.
+GEMM_CONFIGS = {
+    "device": None,  # the device's own configuration, fitted to the shape as the backend does
+    "wg4x4-local": {"WGN": 4, "WGM": 4, "TM": 3, "TNV": 2, "VW": 2, "TK": 6},
+    "wg16x16-local": {"WGN": 16, "WGM": 16, "TM": 4, "TNV": 4, "VW": 1, "TK": 16},
+    "wg1x4-local-simd": {"WGN": 1, "WGM": 4, "TM": 4, "TNV": 2, "VW": 8, "TK": 16},
+    "tiles-down": {"WGN": 1, "WGM": 1, "TM": 4, "TNV": 2, "VW": 8, "TK": 0, "MT": 3},
+    "chunks-in-place": {"WGN": 1, "WGM": 1, "TM": 5, "TNV": 1, "VW": 4, "TK": 0, "MT": 2, "NT": 2, "KC": 7},
+    "chunks-packed": {
+        "WGN": 1,
+        "WGM": 1,
+        "TM": 3,
+        "TNV": 2,
+        "VW": 8,
+        "TK": 0,
+        "MT": 3,
+        "NT": 2,
+        "KC": 16,
+        "PA": 1,
+        "PB": 1,
+    },
+    "wg2x2-chunks-packed": {
+        **{"WGN": 2, "WGM": 2, "TM": 3, "TNV": 1, "VW": 4, "TK": 0},
+        **{"MT": 2, "NT": 3, "KC": 20, "PA": 1, "PB": 1},
+    },
+}
 
 
-@pytest.mark.parametrize("cfg", GEMM_CONFIGS, ids=["device", "wg4x4-local", "wg16x16-local", "wg1x4-local-simd"])
+@pytest.mark.parametrize("cfg", GEMM_CONFIGS.values(), ids=GEMM_CONFIGS.keys())
 @pytest.mark.parametrize("mnk", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 def test_simt_gemm_matches_float64(il_device: Any, mnk: tuple[int, int, int], dtype: str, cfg: dict | None) -> None:
@@ -114,8 +135,9 @@ def test_simt_gemm_matches_float64(il_device: Any, mnk: tuple[int, int, int], dt
     rng = np.random.default_rng(m + n + k)
     a = rng.uniform(-1, 1, (m, k)).astype(NP[dtype])
     b = rng.uniform(-1, 1, (k, n)).astype(NP[dtype])
-    cfg = cfg or gemm_llvm.simt_config(SPIRVTarget(il_device[2]), dtype)
-    out = _run(il_device, gemm_llvm, {"M": m, "N": n, "K": k}, dtype, cfg, {"A": a, "B": b})
+    shape = {"M": m, "N": n, "K": k}
+    cfg = cfg or gemm_llvm.simt_config(SPIRVTarget(il_device[2]), dtype, shape)
+    out = _run(il_device, gemm_llvm, shape, dtype, cfg, {"A": a, "B": b})
     ref = a.astype(np.float64) @ b.astype(np.float64)
     bound = 2 * k * U[dtype] * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)) + 1e-30
     assert np.all(np.abs(out - ref) <= bound), f"max error {np.abs(out - ref).max():.3g} with {cfg}"
@@ -159,8 +181,28 @@ def test_simt_attention_matches_float64(il_device: Any, dtype: str, causal: int,
 
 
 def test_device_configurations_follow_the_limits() -> None:
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget
+
     cpu = DeviceLimits(kind="cpu", lanes=16, local_mem_bytes=256 * 1024, max_work_group=8192)
-    assert gemm_simt.choose_config(cpu, "fp32", 16) == {"WGN": 1, "WGM": 1, "TM": 12, "TNV": 2, "VW": 16, "TK": 0}
+    tile = {"WGN": 1, "WGM": 1, "TM": 12, "TNV": 2, "VW": 16, "TK": 0}
+    blocked = {"MT": 8, "NT": 4, "KC": 256, "PA": 1, "PB": 1}
+    assert gemm_simt.choose_config(cpu, "fp32", 16) == {**tile, **blocked}
+    # fp64's packed chunks are as many bytes as fp32's, so half the steps of K fit
+    assert gemm_simt.choose_config(cpu, "fp64", 8) == {**tile, "VW": 8, **blocked, "KC": 128}
+    # C in fp16 cannot carry partial sums between chunks: one register tile, all of K
+    assert gemm_simt.choose_config(cpu, "fp16", 16) == {**tile, "MT": 1, "NT": 1, "KC": 0, "PA": 0, "PB": 0}
+    for local in (64 * 1024, 16 * 1024):  # less local memory: shorter chunks, then none packed
+        cfg = gemm_simt.choose_config(DeviceLimits(kind="cpu", lanes=16, local_mem_bytes=local), "fp32", 16)
+        assert gemm_simt.shared_bytes(cfg, 4) <= local and cfg["KC"] >= 32
+    assert cfg["PA"] == cfg["PB"] == 0
+    fitted = gemm_simt.fit_config(gemm_simt.choose_config(cpu, "fp32", 16), {"M": 1, "N": 40, "K": 3})
+    assert (fitted["MT"], fitted["NT"], gemm_simt.block_shape(fitted)) == (1, 2, (12, 64))
+    with pytest.raises(ValueError, match="KC = 0"):
+        gemm_simt.build(SPIRVTarget(cpu), "fp16", {**tile, **blocked})
+    with pytest.raises(ValueError, match="unknown keys"):
+        gemm_simt.full_config({**tile, "MX": 2})
+    with pytest.raises(ValueError, match="streamed kernel"):
+        gemm_simt.full_config({**tile, "TK": 16, "MT": 2})
     gpu = DeviceLimits(kind="gpu", local_mem_bytes=48 * 1024, max_work_group=1024)
     cfg = gemm_simt.choose_config(gpu, "fp32", 1)
     assert (cfg["WGN"] * cfg["WGM"], gemm_simt.block_shape(cfg)) == (256, (128, 128))

@@ -1,8 +1,8 @@
 """GEMM ``C = A @ B`` as a work-group (SIMT) kernel in llvmlite IR, for SPIR-V, NVPTX and AMDGCN.
 
 A work-group of ``WGN x WGM`` work-items computes a ``BM x BN`` block of C
-(``BM = WGM*TM``, ``BN = WGN*TNV*VW``). Work-item ``(tx, ty)`` holds a ``TM x TNV``
-register tile of ``VW``-wide vectors: rows ``ty + r*WGM`` and column vectors
+(``BM = WGM*TM*MT``, ``BN = WGN*TNV*VW*NT``). Work-item ``(tx, ty)`` holds a ``TM x TNV``
+register tile of ``VW``-wide vectors: rows ``ty*TM + r`` and column vectors
 ``(tx + v*WGN)*VW`` of the block, so neighbouring work-items touch neighbouring
 columns (coalesced on a GPU; one SIMD program per work-item on a CPU device).
 
@@ -12,9 +12,13 @@ Two ways to feed the register tiles, both from this one source:
   in shared memory, each work-item copying its share with clamped, zero-masked loads;
   a barrier; ``TK`` unrolled steps of ``TM`` shared loads of A, ``TNV`` vector loads of
   B and ``TM*TNV`` FMAs; a barrier. Edges of M, N and K are zeros in the tiles.
-* ``TK == 0``: every work-item streams its rows of A and its columns of B from global
-  memory (the CPU-device configuration: caches do the staging). Blocks inside the
-  matrix take an unchecked path; blocks on an edge read clamped, in-bounds indices.
+* ``TK == 0`` (:mod:`.simt_streamed`, a CPU device's): every work-item streams its rows of A
+  and its columns of B from global memory, its caches doing the staging. With ``MT``, ``NT``
+  and ``KC`` it walks ``MT x NT`` register tiles ``KC`` steps of K at a time, the partial sums
+  kept in C between chunks (fp32 and fp64, where C holds the compute type), and with ``PA`` /
+  ``PB`` each chunk of A / B is first packed into local memory, as a CPU library blocks and
+  packs. Blocks inside the matrix take an unchecked path; on an edge block, register tiles
+  inside the matrix too, the others read clamped, in-bounds indices.
 
 Stores are masked to ``M x N`` either way, so any shape works. The configuration comes
 from the device (:func:`choose_config`) and is written into each record.
@@ -30,96 +34,89 @@ from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.gemm.simt_streamed import (
+    Block,
+    Operands,
+    block_shape,
+    chunked,
+    packed_a_stride,
+    store_tile,
+    streamed,
+    tile_width,
+)
 from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry
 from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
 
 KERNEL = "gemm"
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
-CONFIG_KEYS = ("WGN", "WGM", "TM", "TNV", "VW", "TK")
+CONFIG_KEYS = ("WGN", "WGM", "TM", "TNV", "VW", "TK", "MT", "NT", "KC", "PA", "PB")
+#: What a configuration that leaves them out means: one register tile per work-item, all of K at once.
+CONFIG_DEFAULTS = {"MT": 1, "NT": 1, "KC": 0, "PA": 0, "PB": 0}
 #: Steps of a shared K tile unrolled in straight-line code (longer tiles loop over such runs).
 UNROLL_K = 16
 
 
 def choose_config(limits: DeviceLimits, dtype: str, vector_width: int) -> dict[str, int]:
-    """Work-group shape and tiles for a device: a CPU device gets one SIMD microkernel per
-    work-item (12 x 2 vectors, no shared memory, as its caches stage the data); a GPU gets
-    16 x 16 threads with 8 x 8 (fp64: 4 x 4) register tiles and shared-memory K tiles."""
+    """Work-group shape and tiles for a device.
+
+    A CPU device gets one SIMD microkernel per work-item (12 x 2 vectors, no shared memory for
+    the register tiles, as its caches stage the data); in fp32 and fp64 each work-item walks
+    8 x 4 such tiles 256 steps of K at a time, from chunks of A and B packed into its local
+    memory (fewer steps where that memory is smaller). A GPU gets 16 x 16 threads with 8 x 8
+    (fp64: 4 x 4) register tiles and shared-memory K tiles."""
     if limits.kind == "cpu":
-        return {"WGN": 1, "WGM": 1, "TM": 12 if vector_width >= 8 else 6, "TNV": 2, "VW": vector_width, "TK": 0}
+        cfg = {"WGN": 1, "WGM": 1, "TM": 12 if vector_width >= 8 else 6, "TNV": 2, "VW": vector_width, "TK": 0}
+        if compute_dtype(dtype) != dtype:  # C in fp16 / bf16 cannot hold partial sums
+            return full_config(cfg)
+        cfg.update(MT=8, NT=4, KC=256, PA=1, PB=1)
+        while shared_bytes(cfg, DTYPE_BYTES[dtype]) > limits.local_mem_bytes and cfg["KC"] > 32:
+            cfg["KC"] //= 2
+        if shared_bytes(cfg, DTYPE_BYTES[dtype]) > limits.local_mem_bytes:
+            cfg.update(PA=0, PB=0)
+        return full_config(cfg)
     side = 16 if limits.max_work_group >= 256 else 8
     tile = 4 if dtype == "fp64" else 8
     cfg = {"WGN": side, "WGM": side, "TM": tile, "TNV": tile, "VW": 1, "TK": 16}
     while shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)]) > limits.local_mem_bytes and cfg["TK"] > 1:
         cfg["TK"] //= 2
-    return cfg
+    return full_config(cfg)
 
 
-def block_shape(cfg: Mapping[str, int]) -> tuple[int, int]:
-    """(BM, BN): rows and columns of C one work-group computes."""
-    return cfg["WGM"] * cfg["TM"], cfg["WGN"] * cfg["TNV"] * cfg["VW"]
+def fit_config(cfg: Mapping[str, int], shape: Shape) -> dict[str, int]:
+    """``cfg`` with no more register tiles down or across a block (``MT``, ``NT``) than the
+    shape has rows and columns for, so that a small matrix still spreads over the device."""
+    full = full_config(cfg)
+    rows, cols = full["WGM"] * full["TM"], tile_width(full)
+    full["MT"] = max(1, min(full["MT"], -(-int(shape["M"]) // rows)))
+    full["NT"] = max(1, min(full["NT"], -(-int(shape["N"]) // cols)))
+    return full
+
+
+def full_config(cfg: Mapping[str, int]) -> dict[str, int]:
+    """``cfg`` with :data:`CONFIG_DEFAULTS` for the keys it leaves out, checked: the streamed
+    blocking (``MT``, ``KC``) has no shared-memory form, and chunks of K keep partial sums in C,
+    so only where C holds the compute type."""
+    unknown = sorted(set(cfg) - set(CONFIG_KEYS))
+    missing = sorted(set(CONFIG_KEYS) - set(cfg) - set(CONFIG_DEFAULTS))
+    if unknown or missing:
+        raise ValueError(f"GEMM configuration: unknown keys {unknown}, missing keys {missing}")
+    full = {key: int(cfg.get(key, CONFIG_DEFAULTS.get(key, 0))) for key in CONFIG_KEYS}
+    if full["TK"] and (full["MT"] != 1 or full["NT"] != 1 or full["KC"]):
+        raise ValueError("MT, NT and KC block the streamed kernel (TK = 0) only")
+    if (full["PA"] or full["PB"]) and not full["KC"]:
+        raise ValueError("PA and PB pack a chunk of K of A or B: give KC > 0")
+    if min(full[key] for key in ("WGN", "WGM", "TM", "TNV", "VW", "MT", "NT")) < 1 or min(full["TK"], full["KC"]) < 0:
+        raise ValueError(f"configuration values must be positive (TK and KC may be 0): {full}")
+    return full
 
 
 def shared_bytes(cfg: Mapping[str, int], compute_bytes: int) -> int:
-    """Shared memory of a work-group: the A and B tiles."""
+    """Shared memory of a work-group: the A and B tiles, or the packed chunk of B (``PB``)."""
     bm, bn = block_shape(cfg)
+    if cfg.get("KC"):
+        packed_a = bm * packed_a_stride(cfg, compute_bytes) if cfg.get("PA") else 0
+        return (packed_a + (cfg["KC"] * bn if cfg.get("PB") else 0)) * compute_bytes
     return (bm * a_stride(cfg) + cfg["TK"] * bn) * compute_bytes if cfg["TK"] else 0
-
-
-class _Block:
-    """Per-work-item values the phases share."""
-
-    def __init__(self, ctx: SIMTContext, el: Elements, cfg: Mapping[str, int], m: ir.Value, n: ir.Value) -> None:
-        b = ctx.builder
-        self.b, self.el, self.cfg = b, el, cfg
-        self.bm, self.bn = block_shape(cfg)
-        self.tx, self.ty = ctx.local_id(0), ctx.local_id(1)
-        self.tid = ctx.linear_id()
-        self.i0 = b.mul(ctx.group_id(1), i64(self.bm))
-        self.j0 = b.mul(ctx.group_id(0), i64(self.bn))
-        self.m, self.n = m, n
-
-    def row(self, r: int) -> ir.Value:
-        """Row of C (global index) of register-tile row ``r``."""
-        return self.b.add(self.i0, self.local_row(r))
-
-    def col(self, v: int) -> ir.Value:
-        """First column of C (global index) of register-tile vector ``v``."""
-        c = self.cfg
-        return self.b.add(self.j0, self.b.mul(self.b.add(self.tx, i64(v * c["WGN"])), i64(c["VW"])))
-
-    def local_row(self, r: int) -> ir.Value:
-        """Row within the block of register-tile row ``r`` (a work-item's rows are adjacent)."""
-        return self.b.add(self.b.mul(self.ty, i64(self.cfg["TM"])), i64(r))
-
-    def local_col(self, v: int) -> ir.Value:
-        """First column within the block of register-tile vector ``v`` (work-items interleave)."""
-        c = self.cfg
-        return self.b.mul(self.b.add(self.tx, i64(v * c["WGN"])), i64(c["VW"]))
-
-
-def _streamed(blk: _Block, a: ir.Value, bmat: ir.Value, k: ir.Value, edge: bool) -> list[ir.Value]:
-    """Accumulators of the register tile, A and B read straight from global memory."""
-    b, el, c = blk.b, blk.el, blk.cfg
-    last_row, last_col = b.sub(blk.m, i64(1)), b.sub(blk.n, i64(1))
-    a_rows = [b.mul(imin(b, blk.row(r), last_row) if edge else blk.row(r), k) for r in range(c["TM"])]
-    cols = [blk.col(v) for v in range(c["TNV"])]
-
-    def step(kk: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-        brow = b.mul(kk, blk.n)
-        if edge:
-            bv = [
-                el.gather(bmat, [b.add(brow, imin(b, b.add(col, i64(lane)), last_col)) for lane in range(c["VW"])])
-                for col in cols
-            ]
-        else:
-            bv = [el.load_vec(bmat, b.add(brow, col)) for col in cols]
-        out: list[ir.Value] = []
-        for r in range(c["TM"]):
-            av = el.splat(el.load(a, b.add(a_rows[r], kk)))
-            out.extend(el.fma(av, bv[v], acc[r * c["TNV"] + v]) for v in range(c["TNV"]))
-        return out
-
-    return loop_carry(b, i64(0), k, 1, [el.const(0.0)] * (c["TM"] * c["TNV"]), step, name="k")
 
 
 def _copy(
@@ -143,7 +140,7 @@ def _copy(
     Elements(b, compute_dtype(el.dtype), el.vw).store_vec(value, dst, slot)
 
 
-def _stage(blk: _Block, src: ir.Value, dst: ir.Value, k0: ir.Value, k: ir.Value, is_a: bool, checked: bool) -> None:
+def _stage(blk: Block, src: ir.Value, dst: ir.Value, k0: ir.Value, k: ir.Value, is_a: bool, checked: bool) -> None:
     """Copy this work-item's share of the ``BM x TK`` tile of A (``[m][kk]``, rows padded) or the
     ``TK x BN`` tile of B (``[kk][n]``) into shared memory, ``VW`` elements at a time;
     ``checked`` copies mask rows, columns and steps of K outside the matrix to zeros."""
@@ -194,7 +191,7 @@ def a_stride(cfg: Mapping[str, int]) -> int:
 
 
 def _tiled(
-    blk: _Block,
+    blk: Block,
     ctx: SIMTContext,
     a: ir.Value,
     bmat: ir.Value,
@@ -247,48 +244,43 @@ def _tiled(
     return merged
 
 
-def _store(blk: _Block, cmat: ir.Value, acc: list[ir.Value], edge: bool) -> None:
-    """C's register tile, element by element within ``M x N`` on an edge block."""
-    b, el, c = blk.b, blk.el, blk.cfg
-    for r in range(c["TM"]):
-        row = blk.row(r)
-        for v in range(c["TNV"]):
-            col = blk.col(v)
-            value = acc[r * c["TNV"] + v]
-            base = b.add(b.mul(row, blk.n), col)
-            if not edge:
-                el.store_vec(value, cmat, base)
-                continue
-            for lane in range(c["VW"]):
-                ok = b.and_(b.icmp_signed("<", row, blk.m), b.icmp_signed("<", b.add(col, i64(lane)), blk.n))
-                with b.if_then(ok):
-                    el.store(el.lane(value, lane), cmat, b.add(base, i64(lane)))
-
-
 def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
     """The SIMT GEMM module: entry ``gemm(A, B, C, M, N, K)`` over work-groups of
     ``(WGN, WGM)`` work-items, grid ``(ceil(N/BN), ceil(M/BM))``."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    cfg = full_config(cfg)
+    if cfg["KC"] and compute_dtype(dtype) != dtype:
+        raise ValueError(f"KC keeps partial sums in C, which {dtype} would round: give KC = 0")
     module = target.new_module(f"{KERNEL}_{dtype}")
 
     def body(ctx: SIMTContext, args: list[ir.Argument]) -> None:
         a, bmat, cmat, m, n, k = args
         b = ctx.builder
         el = Elements(b, dtype, cfg["VW"])
-        blk = _Block(ctx, el, cfg, m, n)
+        blk = Block(ctx, el, cfg, m, n)
         if cfg["TK"]:
             tiles = (ctx.shared(el.ty, blk.bm * a_stride(cfg)), ctx.shared(el.ty, cfg["TK"] * blk.bn))
+        ops = Operands(
+            a,
+            bmat,
+            cmat,
+            k,
+            ctx.shared(el.ty, blk.bm * packed_a_stride(cfg, DTYPE_BYTES[dtype])) if cfg["PA"] else None,
+            ctx.shared(el.ty, cfg["KC"] * blk.bn) if cfg["PB"] else None,
+        )
         interior = b.and_(
             b.icmp_signed("<=", b.add(blk.i0, i64(blk.bm)), m), b.icmp_signed("<=", b.add(blk.j0, i64(blk.bn)), n)
         )
         with b.if_else(interior, likely=True) as (inside, edge):
-            with inside:
-                acc = _tiled(blk, ctx, a, bmat, k, tiles, False) if cfg["TK"] else _streamed(blk, a, bmat, k, False)
-                _store(blk, cmat, acc, edge=False)
-            with edge:
-                acc = _tiled(blk, ctx, a, bmat, k, tiles, True) if cfg["TK"] else _streamed(blk, a, bmat, k, True)
-                _store(blk, cmat, acc, edge=True)
+            for branch, on_edge in ((inside, False), (edge, True)):
+                with branch:
+                    if cfg["TK"]:
+                        store_tile(blk, cmat, _tiled(blk, ctx, a, bmat, k, tiles, on_edge), on_edge)
+                    elif cfg["MT"] > 1 or cfg["NT"] > 1 or cfg["KC"]:
+                        chunked(blk, ctx, ops, on_edge)
+                    else:
+                        store_tile(blk, cmat, streamed(blk, ops, on_edge), on_edge)
 
     target.define_simt_kernel(module, KERNEL, [PTR, PTR, PTR, I64, I64, I64], body, (cfg["WGN"], cfg["WGM"], 1))
     return module
@@ -297,6 +289,7 @@ def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
 def launch(shape: Shape, dtype: str, target: SIMTTarget, cfg: Mapping[str, int]) -> Launch:
     """``gemm(A, B, C, M, N, K)`` over ``(ceil(N/BN), ceil(M/BM))`` work-groups of ``(WGN, WGM)``."""
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    cfg = full_config(cfg)
     bm, bn = block_shape(cfg)
     grid = (-(-n // bn), -(-m // bm)) if m and n and k else (0, 0)
     args = (buffer("A"), buffer("B"), output(), *(i64_arg(v) for v in (m, n, k)))
