@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# GPU check on one NVIDIA GPU (cuda:0 unless asked), in at most 342 s (5.7 minutes) with its install,
-# with nothing from the network. Sections, each with its own budget in seconds (BUDGET below, 342 in all):
+# GPU check on one NVIDIA GPU (cuda:0 unless asked), in at most 359 s (6.0 minutes) with its install,
+# with nothing from the network. Sections, each with its own budget in seconds (BUDGET below, 359 in all):
 #   install    this checkout into the check's own folder (the interpreter, torch, Triton and GPUs said)
 #   compile    hwbench compile --target local: every Triton and llvmlite kernel for this GPU, its
 #              Triton builds written to the one cache folder every later section uses
-#   figures    Triton bf16 GEMM 8192^3 beside cuBLAS, causal bf16 attention B=4,H=32,S=4096,D=128
-#              beside SDPA (every step --no-energy: its windows would not fit the budgets)
+#   figures    Triton and llvmlite bf16 GEMM 8192^3 (llvmlite's on mma.sync) beside cuBLAS, causal
+#              bf16 attention B=4,H=32,S=4096,D=128 beside SDPA (every step --no-energy: its windows
+#              would not fit the budgets)
 #   simt       the llvmlite work-group kernels lowered to PTX, fp32 (TF32 off): GEMM 8192^3 beside
 #              cuBLAS, attention B=1,H=8,S=4096,D=64 beside SDPA
 #   bandwidth  the stream and transfer kernels
@@ -20,7 +21,7 @@
 #   --dry-run       print the sections, their budgets and their commands; run nothing; exit 0
 #   --device D      the GPU to run on (repeatable; default cuda:0); or HWBENCH_GPU_CHECK_DEVICES="cuda:0 cuda:1"
 #   --all-devices   every GPU of the node (HWBENCH_GPU_CHECK_DEVICES=all); the sections that run cases
-#                   then take their budget once per GPU, beyond the 342 s of one
+#                   then take their budget once per GPU, beyond the 359 s of one
 #   OUT_PREFIX      results files OUT_PREFIX-SECTION.json (default results/gpu-check-HOST-TIME)
 #   PYTHON=...      interpreter with a CUDA build of torch and Triton (default: .venv/bin/python, then python3)
 #   HWBENCH_GPU_CHECK_CACHE=...  the check's own folder (default results/.cache/gpu-check, kept between runs)
@@ -39,7 +40,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-declare -A BUDGET=([install]=20 [compile]=45 [figures]=103 [simt]=50 [bandwidth]=62 [lowprec]=47 [report]=15)
+declare -A BUDGET=([install]=20 [compile]=45 [figures]=120 [simt]=50 [bandwidth]=62 [lowprec]=47 [report]=15)
 SECTIONS=(install compile figures simt bandwidth lowprec report)
 PER_DEVICE=" figures simt bandwidth lowprec "  # sections whose budget counts once per GPU
 GRACE=5
@@ -238,7 +239,7 @@ step "${HB[@]}" compile --target local --out "$PREFIX-compile.json" --quiet
 
 # --- figures -------------------------------------------------------------------------------------
 begin figures
-step "${RUN[@]}" --kernel gemm,attention --dtype bf16 --impl torch_matmul,torch_sdpa,triton \
+step "${RUN[@]}" --kernel gemm,attention --dtype bf16 --impl torch_matmul,torch_sdpa,triton,llvm \
   --shape gemm:M=8192,N=8192,K=8192 --shape attention:B=4,H=32,S=4096,D=128,causal=1 \
   --budget 0.5 --no-energy --timeout 90 --out "$PREFIX-figures.json"
 

@@ -47,6 +47,7 @@ FIGURES = (
         0.8,
     ),
     Figure("llvmlite SIMT fp32 GEMM 8192^3 (PTX, TF32 off)", "gemm", "llvm", "fp32", SQUARE, 0.5),
+    Figure("llvmlite SIMT bf16 GEMM 8192^3 (mma.sync)", "gemm", "llvm", "bf16", SQUARE, 0.5),
     Figure(
         "llvmlite SIMT fp32 attention B=1,H=8,S=4096,D=64",
         "attention",

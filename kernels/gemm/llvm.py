@@ -234,7 +234,7 @@ def blocking(shape: Shape, dtype: str, target: CPUTarget, workers: int = 1) -> d
 def simt_config(target: SIMTTarget, dtype: str, shape: Shape | None = None) -> dict[str, int]:
     """The work-group kernel's configuration for ``target``'s device (see :mod:`.simt`), its
     blocks no larger than ``shape`` needs where given."""
-    cfg = simt.choose_config(target.limits, dtype, target.vector_width(dtype))
+    cfg = simt.config_for(target, dtype)
     return simt.fit_config(cfg, shape) if shape is not None else cfg
 
 

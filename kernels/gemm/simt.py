@@ -34,6 +34,7 @@ from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
+from hwbench.kernels.gemm import simt_mma
 from hwbench.kernels.gemm.simt_streamed import (
     Block,
     Operands,
@@ -45,6 +46,7 @@ from hwbench.kernels.gemm.simt_streamed import (
     tile_width,
 )
 from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry
+from hwbench.kernels.llvmir.mma import MatrixInstruction
 from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
 
 KERNEL = "gemm"
@@ -84,7 +86,10 @@ def choose_config(limits: DeviceLimits, dtype: str, vector_width: int) -> dict[s
 
 def fit_config(cfg: Mapping[str, int], shape: Shape) -> dict[str, int]:
     """``cfg`` with no more register tiles down or across a block (``MT``, ``NT``) than the
-    shape has rows and columns for, so that a small matrix still spreads over the device."""
+    shape has rows and columns for, so that a small matrix still spreads over the device
+    (the mma form as it is)."""
+    if cfg.get("MMA"):
+        return dict(cfg)
     full = full_config(cfg)
     rows, cols = full["WGM"] * full["TM"], tile_width(full)
     full["MT"] = max(1, min(full["MT"], -(-int(shape["M"]) // rows)))
@@ -244,15 +249,46 @@ def _tiled(
     return merged
 
 
+def config_for(target: SIMTTarget, dtype: str) -> dict[str, int]:
+    """The device's configuration on ``target``: the matrix-multiply form (:mod:`.simt_mma`)
+    where a GPU target has the instruction for ``dtype`` and its tiles fit the shared memory,
+    else :func:`choose_config`'s FMA kernel."""
+    inst = target.mma(dtype) if target.limits.kind == "gpu" else None
+    if inst is not None:
+        cfg = simt_mma.default_config(inst, target.limits.max_work_group)
+        if simt_mma.shared_bytes(cfg, inst) <= target.limits.local_mem_bytes:
+            return cfg
+    return choose_config(target.limits, dtype, target.vector_width(dtype))
+
+
+def _instruction(target: SIMTTarget, dtype: str) -> MatrixInstruction:
+    inst = target.mma(dtype)
+    if inst is None:
+        raise ValueError(f"MMA = 1 needs a matrix-multiply instruction for {dtype} on {target.name}")
+    return inst
+
+
 def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
     """The SIMT GEMM module: entry ``gemm(A, B, C, M, N, K)`` over work-groups of
-    ``(WGN, WGM)`` work-items, grid ``(ceil(N/BN), ceil(M/BM))``."""
+    ``(WGN, WGM)`` work-items (the mma form: ``(lanes, WM*WN)``), grid ``(ceil(N/BN), ceil(M/BM))``."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    module = target.new_module(f"{KERNEL}_{dtype}")
+    args = [PTR, PTR, PTR, I64, I64, I64]
+    if cfg.get("MMA"):
+        inst = _instruction(target, dtype)
+        checked = simt_mma.check_config(cfg, inst)
+        target.define_simt_kernel(
+            module,
+            KERNEL,
+            args,
+            lambda ctx, values: simt_mma.body(ctx, values, dtype, checked, inst),
+            (*simt_mma.local_size(checked, inst), 1),
+        )
+        return module
     cfg = full_config(cfg)
     if cfg["KC"] and compute_dtype(dtype) != dtype:
         raise ValueError(f"KC keeps partial sums in C, which {dtype} would round: give KC = 0")
-    module = target.new_module(f"{KERNEL}_{dtype}")
 
     def body(ctx: SIMTContext, args: list[ir.Argument]) -> None:
         a, bmat, cmat, m, n, k = args
@@ -282,15 +318,23 @@ def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
                     else:
                         store_tile(blk, cmat, streamed(blk, ops, on_edge), on_edge)
 
-    target.define_simt_kernel(module, KERNEL, [PTR, PTR, PTR, I64, I64, I64], body, (cfg["WGN"], cfg["WGM"], 1))
+    target.define_simt_kernel(module, KERNEL, args, body, (cfg["WGN"], cfg["WGM"], 1))
     return module
 
 
 def launch(shape: Shape, dtype: str, target: SIMTTarget, cfg: Mapping[str, int]) -> Launch:
-    """``gemm(A, B, C, M, N, K)`` over ``(ceil(N/BN), ceil(M/BM))`` work-groups of ``(WGN, WGM)``."""
+    """``gemm(A, B, C, M, N, K)`` over ``(ceil(N/BN), ceil(M/BM))`` work-groups of ``(WGN, WGM)``
+    (the mma form: ``(lanes, WM*WN)``)."""
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    cfg = full_config(cfg)
-    bm, bn = block_shape(cfg)
+    if cfg.get("MMA"):
+        inst = _instruction(target, dtype)
+        cfg = simt_mma.check_config(cfg, inst)
+        (bm, bn), local = simt_mma.block_shape(cfg, inst), simt_mma.local_size(cfg, inst)
+        form = {**cfg, "instruction": inst.name, "shared_bytes": simt_mma.shared_bytes(cfg, inst)}
+    else:
+        cfg = full_config(cfg)
+        (bm, bn), local = block_shape(cfg), (cfg["WGN"], cfg["WGM"])
+        form = {**cfg, "shared_bytes": shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)])}
     grid = (-(-n // bn), -(-m // bm)) if m and n and k else (0, 0)
     args = (buffer("A"), buffer("B"), output(), *(i64_arg(v) for v in (m, n, k)))
     config = {
@@ -298,10 +342,9 @@ def launch(shape: Shape, dtype: str, target: SIMTTarget, cfg: Mapping[str, int])
         "dtype": dtype,
         "target": target.name,
         "model": "simt",
-        **{key: int(cfg[key]) for key in CONFIG_KEYS},
+        **form,
         "block": f"{bm}x{bn}",
-        "work_group": [int(cfg["WGN"]), int(cfg["WGM"])],
-        "shared_bytes": shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)]),
+        "work_group": list(local),
         "device_kind": target.limits.kind,
     }
-    return Launch(KERNEL, args, grid, (m, n), local=(cfg["WGN"], cfg["WGM"]), config=config)
+    return Launch(KERNEL, args, grid, (m, n), local=local, config=config)

@@ -28,6 +28,7 @@ from pathlib import Path
 from llvmlite import ir
 
 from hwbench.kernels.llvmir.irutil import VOID
+from hwbench.kernels.llvmir.mma import MatrixInstruction, amdgcn_mfma, nvptx_mma
 from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, index_builtin, with_attributes
 
 _init_lock = threading.Lock()
@@ -95,6 +96,10 @@ class NVPTXTarget(GPUTarget):
     def entry_attributes(self, local_size: Sequence[int]) -> dict[str, str]:
         return {"nvvm.maxntid": ",".join(str(int(v)) for v in (list(local_size) + [1, 1])[:3])}
 
+    def mma(self, dtype: str) -> MatrixInstruction | None:
+        """``mma.sync`` m16n8k16 in bf16 and fp16 on sm_80 and newer."""
+        return nvptx_mma(dtype, self.arch)
+
 
 class AMDGCNTarget(GPUTarget):
     """AMD GPUs: an AMDGCN code object for ``arch`` (``gfx942``) for the HIP runtime."""
@@ -133,6 +138,10 @@ class AMDGCNTarget(GPUTarget):
         for v in local_size:
             threads *= int(v)
         return {"amdgpu-flat-work-group-size": f"1,{threads}"}
+
+    def mma(self, dtype: str) -> MatrixInstruction | None:
+        """``v_mfma_f32_16x16x16`` in bf16 and fp16 on gfx90a and newer."""
+        return amdgcn_mfma(dtype, self.arch)
 
 
 def target_for(arch: str, limits: DeviceLimits | None = None) -> GPUTarget:

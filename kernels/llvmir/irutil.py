@@ -127,7 +127,7 @@ def elem_size(ty: ir.Type) -> int:
     """Byte size of a float or integer scalar type."""
     if isinstance(ty, ir.IntType):
         return max(1, ty.width // 8)
-    return {"float": 4, "double": 8}[str(ty)]
+    return {"half": 2, "float": 4, "double": 8}[str(ty)]
 
 
 def lane_mask(builder: ir.IRBuilder, width: int, first_lane: int, limit: ir.Value) -> ir.Value:

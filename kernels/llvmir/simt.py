@@ -126,7 +126,8 @@ class SIMTTarget(LLVMTarget):
         return vecmath.exp(builder, x)
 
     def mma(self, dtype: str) -> Any:
-        """The target's matrix-multiply instruction for ``dtype``, or None: kernels then use FMAs."""
+        """The target's matrix-multiply instruction for ``dtype`` (a
+        :class:`~hwbench.kernels.llvmir.mma.MatrixInstruction`), or None: kernels then use FMAs."""
         return None
 
     @abstractmethod
@@ -336,6 +337,23 @@ class Elements:
         for lane, index in enumerate(indices):
             out = self.b.insert_element(out, self.load(ptr, index), ir.Constant(I32, lane))
         return out
+
+    def load_raw(self, ptr: ir.Value, index: ir.Value) -> ir.Value:
+        """``ptr[index]`` in the storage type, unconverted."""
+        return self.b.load(self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty), typ=self.store_ty)
+
+    def load_raw_vec(self, ptr: ir.Value, index: ir.Value, count: int, align: int) -> ir.Value:
+        """``count`` contiguous elements from ``ptr[index]`` in the storage type, ``align`` bytes aligned."""
+        where = self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty)
+        return self.b.load(where, typ=ir.VectorType(self.store_ty, count), align=align)
+
+    def store_raw(self, value: ir.Value, ptr: ir.Value, index: ir.Value) -> None:
+        """Store a storage-type element to ``ptr[index]``."""
+        self.b.store(value, self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty))
+
+    def store_raw_vec(self, value: ir.Value, ptr: ir.Value, index: ir.Value, align: int) -> None:
+        """Store a vector of storage-type elements from ``ptr[index]``, ``align`` bytes aligned."""
+        self.b.store(value, self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty), align=align)
 
     def lane(self, value: ir.Value, lane: int) -> ir.Value:
         """Lane ``lane`` of a vector value (the value itself when ``vw == 1``)."""

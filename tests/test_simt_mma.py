@@ -1,0 +1,190 @@
+"""The SIMT GEMM on the GPUs' matrix-multiply instructions (``kernels/gemm/simt_mma.py``).
+
+Without a GPU: the fragment layouts cover their tiles exactly once; the device configuration
+takes the instruction where the target has it; PTX goes through ``ptxas`` and AMDGCN into a
+code object with the instructions in them and no spills; and the whole kernel runs on the
+Intel OpenCL CPU device with each vendor's instruction emulated in SIMT code
+(:func:`hwbench.kernels.llvmir.mma.emulated`), against float64 on odd shapes. That checks the
+kernel's staging and fragment indexing against the layouts written in ``mma.py``; whether the
+hardware agrees is what a GPU run's parity check says.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from hwbench.kernels.gemm import simt, simt_mma  # noqa: E402
+from hwbench.kernels.llvmir.mma import amdgcn_mfma, emulated, layout_cells, nvptx_mma  # noqa: E402
+from hwbench.kernels.llvmir.simt import DeviceLimits  # noqa: E402
+
+INSTRUCTIONS = {
+    "nvptx": lambda dtype: nvptx_mma(dtype, "sm_90"),
+    "amdgcn": lambda dtype: amdgcn_mfma(dtype, "gfx942"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("vendor", sorted(INSTRUCTIONS))
+def test_fragment_layouts_cover_their_tiles_once(vendor: str, dtype: str) -> None:
+    inst = INSTRUCTIONS[vendor](dtype)
+    assert inst is not None
+    for operand, (rows, cols) in {"a": (inst.m, inst.k), "b": (inst.k, inst.n), "c": (inst.m, inst.n)}.items():
+        cells = layout_cells(inst, operand)
+        assert sorted(cells) == [(r, c) for r in range(rows) for c in range(cols)], operand
+
+
+def test_the_device_configuration_takes_the_instruction_where_the_target_has_it() -> None:
+    from hwbench.kernels.llvmir.gpu import target_for
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget
+
+    for arch in ("sm_80", "sm_90", "sm_90a", "gfx90a", "gfx942"):
+        for dtype in ("bf16", "fp16"):
+            cfg = simt.config_for(target_for(arch), dtype)
+            assert cfg["MMA"] == 1 and simt_mma.check_config(cfg, target_for(arch).mma(dtype)) == cfg, (arch, dtype)
+        assert "MMA" not in simt.config_for(target_for(arch), "fp32")
+    for arch in ("sm_75", "gfx908", "gfx1100"):  # no m16n8k16 / no 16x16x16 bf16_1k MFMA
+        assert "MMA" not in simt.config_for(target_for(arch), "bf16"), arch
+    assert "MMA" not in simt.config_for(SPIRVTarget(DeviceLimits(kind="gpu")), "bf16")
+    tiny = target_for("sm_90", DeviceLimits(kind="gpu", local_mem_bytes=8 * 1024, max_work_group=1024))
+    assert "MMA" not in simt.config_for(tiny, "bf16")  # its tiles would not fit: the FMA kernel
+    with pytest.raises(ValueError, match="matrix-multiply instruction"):
+        simt.build(target_for("sm_75"), "bf16", {"MMA": 1, "WM": 1, "WN": 1, "FM": 1, "FN": 1, "TK": 16})
+    with pytest.raises(ValueError, match="TK a multiple of 16"):
+        simt_mma.check_config({"MMA": 1, "WM": 1, "WN": 1, "FM": 1, "FN": 1, "TK": 24}, nvptx_mma("bf16", "sm_90"))
+    launch = simt.launch(
+        {"M": 300, "N": 200, "K": 64}, "bf16", target_for("sm_90"), simt.config_for(target_for("sm_90"), "bf16")
+    )
+    assert launch.local == (32, 8) and launch.grid == (2, 3) and launch.config["block"] == "128x128"
+    assert launch.config["instruction"] == "mma.m16n8k16.bf16" and launch.config["shared_bytes"] == 20480
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_ptx_issues_mma_and_assembles_without_spills(arch: str, dtype: str, tmp_path: Path) -> None:
+    from hwbench.kernels.llvmir.gpu import target_for
+
+    target = target_for(arch)
+    cfg = simt.config_for(target, dtype)
+    binary = target.lower(simt.build(target, dtype, cfg), "gemm")
+    form = f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype.replace('fp', 'f')}.{dtype.replace('fp', 'f')}.f32"
+    # FM x FN instructions per 16 steps of a K tile, in the interior loop, its last tile and edge blocks
+    assert binary.assembly.count(form) == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 3
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas is not installed (CUDA toolkit)")
+    (tmp_path / "k.ptx").write_text(binary.assembly)
+    proc = subprocess.run(
+        [ptxas, f"-arch={arch}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    stats = proc.stderr.decode()
+    assert "0 bytes spill stores" in stats and "0 bytes stack frame" in stats, stats
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
+def test_amdgcn_issues_mfma_without_spills(arch: str) -> None:
+    from hwbench.compile.stats import amdgcn_stats, tensor_core_counts
+    from hwbench.kernels.llvmir.gpu import target_for
+
+    target = target_for(arch)
+    cfg = simt.config_for(target, "bf16")
+    try:
+        binary = target.lower(simt.build(target, "bf16", cfg), "gemm")
+    except (FileNotFoundError, ImportError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no linker for AMDGCN code objects here: {exc}")
+    assert tensor_core_counts(binary.assembly)["mfma"] == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 3
+    assert re.search(r"v_mfma_f32_16x16x16_?bf16", binary.assembly)
+    assert amdgcn_stats(binary.assembly)["spilled"] is False
+
+
+@pytest.fixture(scope="module")
+def il_context() -> Any:
+    """(context, queue, device, programs built so far) of the first OpenCL device that takes SPIR-V 1.4."""
+    pytest.importorskip("pyopencl")
+    import pyopencl as cl
+
+    from hwbench.backends import opencl
+
+    found = [
+        device
+        for _, device in opencl._cl_devices()
+        if any(v >= opencl.SPIRV_VERSION for v in opencl.spirv_versions(opencl._il_versions(device)))
+    ]
+    if not found:
+        pytest.skip("no OpenCL device takes SPIR-V 1.4 here: pip install 'hwbench[intel-opencl]'")
+    context = cl.Context([found[0]])
+    return context, cl.CommandQueue(context), found[0], {}
+
+
+def _emulating_target(vendor: str, device: Any) -> Any:
+    from hwbench.kernels.llvmir.spirv import SPIRVTarget
+
+    class Emulating(SPIRVTarget):
+        """SPIR-V for the CPU device, told it is a GPU with ``vendor``'s instruction (emulated)."""
+
+        def mma(self, dtype: str) -> Any:
+            return emulated(INSTRUCTIONS[vendor](dtype))
+
+    local = int(device.local_mem_size)
+    return Emulating(DeviceLimits(kind="gpu", local_mem_bytes=local, max_work_group=int(device.max_work_group_size)))
+
+
+#: Several warps along M and N, one or more instruction tiles each (the default 4 x 4 tiles take
+#: Intel's compiler 40 s: the small ones index the same way).
+MMA_CONFIGS = {
+    "2x1-warps": {"MMA": 1, "WM": 2, "WN": 1, "FM": 1, "FN": 2, "TK": 16},
+    "2x2-warps": {"MMA": 1, "WM": 2, "WN": 2, "FM": 2, "FN": 1, "TK": 32},
+}
+
+
+@pytest.mark.parametrize("mnk", [(1, 4097, 3), (257, 129, 65), (64, 96, 48)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("cfg", MMA_CONFIGS.values(), ids=MMA_CONFIGS.keys())
+@pytest.mark.parametrize("vendor", sorted(INSTRUCTIONS))
+def test_the_mma_form_with_the_instruction_emulated_matches_float64(
+    il_context: Any, vendor: str, cfg: dict[str, int], mnk: tuple[int, int, int]
+) -> None:
+    import ml_dtypes
+    import pyopencl as cl
+
+    from hwbench.kernels.llvmir.spirv import spirv_problem
+
+    context, queue, device, programs = il_context
+    dtype = "bf16" if mnk != (64, 96, 48) or "cl_khr_fp16" not in device.extensions else "fp16"
+    storage = ml_dtypes.bfloat16 if dtype == "bf16" else np.float16
+    target = _emulating_target(vendor, device)
+    key = (vendor, dtype, tuple(cfg.items()))
+    if key not in programs:  # one build per module (Intel's compiler takes seconds)
+        binary = target.lower(simt.build(target, dtype, cfg), "gemm")
+        for _ in range(3):  # LLVM's SPIR-V backend now and then emits an invalid module: lower again
+            if spirv_problem(binary.binary) is None:
+                break
+            binary = target.lower(simt.build(target, dtype, cfg), "gemm")
+        programs[key] = cl.Program(context, binary.binary).build()
+    program = programs[key]
+    m, n, k = mnk
+    rng = np.random.default_rng(m + n + k)
+    a, b = (rng.uniform(-1, 1, size).astype(storage) for size in ((m, k), (k, n)))
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x.view(np.uint16)) for x in (a, b)]
+    out_buf = cl.Buffer(context, flags.READ_WRITE, m * n * 2)
+    plan = simt.launch({"M": m, "N": n, "K": k}, dtype, target, cfg)
+    kernel = cl.Kernel(program, plan.entry)
+    kernel.set_args(*bufs, out_buf, np.int64(m), np.int64(n), np.int64(k))
+    cl.enqueue_nd_range_kernel(queue, kernel, plan.global_size, tuple(plan.local)).wait()
+    out = np.empty((m, n), np.uint16)
+    cl.enqueue_copy(queue, out, out_buf).wait()
+    got = out.view(storage).astype(np.float64)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    # fp32 sums of exact products, then one rounding to the dtype (half an ulp: 2^-9 bf16, 2^-11 fp16)
+    rounding = 2.0**-8 if dtype == "bf16" else 2.0**-10
+    bound = rounding * np.abs(ref) + 2 * k * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    assert np.all(np.abs(got - ref) <= bound + 1e-30), f"max error {np.abs(got - ref).max():.3g} ({dtype}, {cfg})"
