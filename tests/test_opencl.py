@@ -281,11 +281,12 @@ def spirv_modules():
 
     limits = DeviceLimits(kind="cpu", lanes=16)
     configs = {
-        k: get_kernel(k).source_module("llvmlite").simt_config(SPIRVTarget(limits), "fp32")
+        (k, d): get_kernel(k).source_module("llvmlite").simt_config(SPIRVTarget(limits), d)
         for k in ("gemm", "attention")
+        for d in ("fp32", "fp64")
     }
     try:
-        return {(k, d): build_spirv(k, d, limits, configs[k]) for k in ("gemm", "attention") for d in ("fp32", "fp64")}
+        return {key: build_spirv(*key, limits, config) for key, config in configs.items()}
     except RuntimeError as exc:
         pytest.skip(f"no SPIR-V from this llvmlite: {exc}")
 

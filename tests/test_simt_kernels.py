@@ -197,6 +197,10 @@ def test_device_configurations_follow_the_limits() -> None:
     assert cfg["PA"] == cfg["PB"] == 0
     fitted = gemm_simt.fit_config(gemm_simt.choose_config(cpu, "fp32", 16), {"M": 1, "N": 40, "K": 3})
     assert (fitted["MT"], fitted["NT"], gemm_simt.block_shape(fitted)) == (1, 2, (12, 64))
+    with pytest.raises(ValueError, match=r"needs 235520 bytes of shared \(local\) memory; the device has 65536"):
+        gemm_simt.build(
+            SPIRVTarget(DeviceLimits(kind="cpu", lanes=16, local_mem_bytes=64 * 1024)), "fp32", {**tile, **blocked}
+        )
     with pytest.raises(ValueError, match="KC = 0"):
         gemm_simt.build(SPIRVTarget(cpu), "fp16", {**tile, **blocked})
     with pytest.raises(ValueError, match="unknown keys"):

@@ -268,6 +268,14 @@ def _instruction(target: SIMTTarget, dtype: str) -> MatrixInstruction:
     return inst
 
 
+def _check_fits(target: SIMTTarget, shared: int, cfg: Mapping[str, int]) -> None:
+    if shared > target.limits.local_mem_bytes:
+        raise ValueError(
+            f"GEMM configuration {dict(cfg)} needs {shared} bytes of shared (local) memory; "
+            f"the device has {target.limits.local_mem_bytes}"
+        )
+
+
 def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
     """The SIMT GEMM module: entry ``gemm(A, B, C, M, N, K)`` over work-groups of
     ``(WGN, WGM)`` work-items (the mma form: ``(lanes, WM*WN)``), grid ``(ceil(N/BN), ceil(M/BM))``."""
@@ -278,6 +286,7 @@ def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
     if cfg.get("MMA"):
         inst = _instruction(target, dtype)
         checked = simt_mma.check_config(cfg, inst)
+        _check_fits(target, simt_mma.shared_bytes(checked, inst), checked)
         target.define_simt_kernel(
             module,
             KERNEL,
@@ -289,6 +298,7 @@ def build(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> ir.Module:
     cfg = full_config(cfg)
     if cfg["KC"] and compute_dtype(dtype) != dtype:
         raise ValueError(f"KC keeps partial sums in C, which {dtype} would round: give KC = 0")
+    _check_fits(target, shared_bytes(cfg, DTYPE_BYTES[compute_dtype(dtype)]), cfg)
 
     def body(ctx: SIMTContext, args: list[ir.Argument]) -> None:
         a, bmat, cmat, m, n, k = args
