@@ -63,14 +63,14 @@ def choose_config(limits: DeviceLimits, dtype: str, vector_width: int) -> dict[s
 
     A CPU device gets one SIMD microkernel per work-item (12 x 2 vectors, no shared memory for
     the register tiles, as its caches stage the data); in fp32 and fp64 each work-item walks
-    8 x 4 such tiles 256 steps of K at a time, from chunks of A and B packed into its local
+    6 x 4 such tiles 256 steps of K at a time, from chunks of A and B packed into its local
     memory (fewer steps where that memory is smaller). A GPU gets 16 x 16 threads with 8 x 8
     (fp64: 4 x 4) register tiles and shared-memory K tiles."""
     if limits.kind == "cpu":
         cfg = {"WGN": 1, "WGM": 1, "TM": 12 if vector_width >= 8 else 6, "TNV": 2, "VW": vector_width, "TK": 0}
         if compute_dtype(dtype) != dtype:  # C in fp16 / bf16 cannot hold partial sums
             return full_config(cfg)
-        cfg.update(MT=8, NT=4, KC=256, PA=1, PB=1)
+        cfg.update(MT=6, NT=4, KC=256, PA=1, PB=1)
         while shared_bytes(cfg, DTYPE_BYTES[dtype]) > limits.local_mem_bytes and cfg["KC"] > 32:
             cfg["KC"] //= 2
         if shared_bytes(cfg, DTYPE_BYTES[dtype]) > limits.local_mem_bytes:
