@@ -97,6 +97,11 @@ def spirv_versions(il_versions: list[str]) -> list[tuple[int, int]]:
 SPIRV_VERSION = (1, 4)
 
 
+def takes_spirv(il_versions: list[str]) -> bool:
+    """Whether a device with this CL_DEVICE_IL_VERSION list takes the SPIR-V LLVM writes."""
+    return any(v >= SPIRV_VERSION for v in spirv_versions(il_versions))
+
+
 class OpenCLBackend(Backend):
     """Every OpenCL platform's devices."""
 
@@ -218,7 +223,7 @@ class OpenCLBackend(Backend):
         ils = device.extra.get("il_versions", [])
         if not ils:
             return Availability(False, f"device takes no IL (CL_DEVICE_IL_VERSION empty); {built}")
-        if not any(v >= SPIRV_VERSION for v in spirv_versions(ils)):
+        if not takes_spirv(ils):
             return Availability(
                 False, f"device takes {' '.join(ils)}, not SPIR-V {'.'.join(map(str, SPIRV_VERSION))}; {built}"
             )

@@ -45,7 +45,7 @@ from hwbench.kernels.gemm.simt_streamed import (
     streamed,
     tile_width,
 )
-from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry
+from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry, whole_steps_then_tail
 from hwbench.kernels.llvmir.mma import MatrixInstruction
 from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
 
@@ -234,19 +234,7 @@ def _tiled(
     if edge:
         return loop_carry(b, i64(0), k, tk, zeros, lambda k0, acc: step(k0, acc, True), name="k0")
     # Whole K tiles unchecked, then the last, partial one (if any) checked: no branch between barriers.
-    whole = b.mul(b.sdiv(k, i64(tk)), i64(tk))
-    acc = loop_carry(b, i64(0), whole, tk, zeros, lambda k0, acc: step(k0, acc, False), name="k0")
-    before = b.block
-    with b.if_then(b.icmp_signed("<", whole, k)):
-        tail = step(whole, acc, True)
-        tail_block = b.block
-    merged = []
-    for x, y in zip(acc, tail, strict=True):
-        phi = b.phi(x.type)
-        phi.add_incoming(x, before)
-        phi.add_incoming(y, tail_block)
-        merged.append(phi)
-    return merged
+    return whole_steps_then_tail(b, k, tk, zeros, step, name="k0")
 
 
 def config_for(target: SIMTTarget, dtype: str) -> dict[str, int]:

@@ -20,8 +20,8 @@ from contextlib import nullcontext
 
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.irutil import i64, imin, loop_carry
-from hwbench.kernels.llvmir.mma import Issue, MatrixInstruction, coordinate
+from hwbench.kernels.llvmir.irutil import i64, imin, loop_carry, whole_steps_then_tail
+from hwbench.kernels.llvmir.mma import Affine, Issue, MatrixInstruction, coordinate
 from hwbench.kernels.llvmir.simt import Elements, SIMTContext
 
 CONFIG_KEYS = ("MMA", "WM", "WN", "FM", "FN", "TK")
@@ -146,6 +146,30 @@ def _pack(b: ir.IRBuilder, el: Elements, values: list[ir.Value]) -> ir.Value:
     return vec
 
 
+def _fragments(
+    w: _Warp,
+    el: Elements,
+    tile: ir.Value,
+    kk: int,
+    tiles: tuple[ir.Value, int, int],
+    layout: list[tuple[Affine, Affine]],
+) -> list[list[ir.Value]]:
+    """The registers of each of the warp's ``tiles`` (its first row or column, how many, their
+    size) from a shared tile stored K-minor, at K step ``kk``: ``layout`` gives each register's
+    (row or column, first K) in the instruction's tile."""
+    b, inst = w.b, w.inst
+    first, count, size = tiles
+    out = []
+    for i in range(count):
+        regs = []
+        for outer, ks in layout:
+            line = b.add(b.add(first, i64(i * size)), coordinate(b, outer, w.lo, w.hi))
+            where = b.add(b.mul(line, i64(w.stride)), b.add(i64(kk), coordinate(b, ks, w.lo, w.hi)))
+            regs.append(inst.register(b, el.load_raw_vec(tile, where, inst.elems, 2 * inst.elems)))
+        out.append(regs)
+    return out
+
+
 def _compute(
     w: _Warp, el: Elements, tiles: tuple[ir.Value, ir.Value], acc: list[ir.Value], issue: Issue
 ) -> list[ir.Value]:
@@ -153,22 +177,11 @@ def _compute(
     b, c, inst = w.b, w.cfg, w.inst
     a_tile, b_tile = tiles
     per_tile = len(inst.c)
+    a_layout = [(rows, ks) for rows, ks in inst.a]
+    b_layout = [(cols, ks) for ks, cols in inst.b]
     for kk in range(0, c["TK"], inst.k):
-        a_regs, b_regs = [], []
-        for i in range(c["FM"]):
-            regs = []
-            for rows, ks in inst.a:
-                row = b.add(b.add(w.row0, i64(i * inst.m)), coordinate(b, rows, w.lo, w.hi))
-                where = b.add(b.mul(row, i64(w.stride)), b.add(i64(kk), coordinate(b, ks, w.lo, w.hi)))
-                regs.append(inst.register(b, el.load_raw_vec(a_tile, where, inst.elems, 2 * inst.elems)))
-            a_regs.append(regs)
-        for j in range(c["FN"]):
-            regs = []
-            for ks, cols in inst.b:
-                col = b.add(b.add(w.col0, i64(j * inst.n)), coordinate(b, cols, w.lo, w.hi))
-                where = b.add(b.mul(col, i64(w.stride)), b.add(i64(kk), coordinate(b, ks, w.lo, w.hi)))
-                regs.append(inst.register(b, el.load_raw_vec(b_tile, where, inst.elems, 2 * inst.elems)))
-            b_regs.append(regs)
+        a_regs = _fragments(w, el, a_tile, kk, (w.row0, c["FM"], inst.m), a_layout)
+        b_regs = _fragments(w, el, b_tile, kk, (w.col0, c["FN"], inst.n), b_layout)
         out = []
         for i in range(c["FM"]):
             for j in range(c["FN"]):
@@ -206,16 +219,14 @@ def body(ctx: SIMTContext, args: list[ir.Argument], dtype: str, cfg: Mapping[str
     tk = cfg["TK"]
     zeros = [ir.Constant(ir.FloatType(), 0.0)] * (cfg["FM"] * cfg["FN"] * len(inst.c))
 
-    def step(k0: ir.Value, acc: list[ir.Value], form: str) -> list[ir.Value]:
-        if form == "interior":  # one uniform branch: 16-byte loads where every row starts aligned
+    def step(k0: ir.Value, acc: list[ir.Value], checked: bool, interior: bool) -> list[ir.Value]:
+        if interior and not checked:  # one uniform branch: 16-byte loads where every row starts aligned
             aligned = b.icmp_unsigned("==", b.and_(b.or_(k, n), i64(VEC - 1)), i64(0))
             with b.if_else(aligned) as (fast, slow):
-                with fast:
-                    _stage(w, el, a, tiles[0], k0, k, "aligned", True)
-                    _stage(w, el, bmat, tiles[1], k0, k, "aligned", False)
-                with slow:
-                    _stage(w, el, a, tiles[0], k0, k, "plain", True)
-                    _stage(w, el, bmat, tiles[1], k0, k, "plain", False)
+                for branch, form in ((fast, "aligned"), (slow, "plain")):
+                    with branch:
+                        _stage(w, el, a, tiles[0], k0, k, form, True)
+                        _stage(w, el, bmat, tiles[1], k0, k, form, False)
         else:
             _stage(w, el, a, tiles[0], k0, k, "checked", True)
             _stage(w, el, bmat, tiles[1], k0, k, "checked", False)
@@ -226,21 +237,9 @@ def body(ctx: SIMTContext, args: list[ir.Argument], dtype: str, cfg: Mapping[str
 
     interior = b.and_(b.icmp_signed("<=", b.add(w.i0, i64(w.bm)), m), b.icmp_signed("<=", b.add(w.j0, i64(w.bn)), n))
     with b.if_else(interior, likely=True) as (inside, edge):
-        with inside:
-            # Whole K tiles unchecked, then the last, partial one (if any) checked.
-            whole = b.mul(b.sdiv(k, i64(tk)), i64(tk))
-            acc = loop_carry(b, i64(0), whole, tk, zeros, lambda k0, acc: step(k0, acc, "interior"), name="k0")
-            before = b.block
-            with b.if_then(b.icmp_signed("<", whole, k)):
-                tail = step(whole, acc, "checked")
-                tail_block = b.block
-            merged = []
-            for x, y in zip(acc, tail, strict=True):
-                phi = b.phi(x.type)
-                phi.add_incoming(x, before)
-                phi.add_incoming(y, tail_block)
-                merged.append(phi)
-            _store(w, el, cmat, merged, edge=False)
+        with inside:  # whole K tiles unchecked, then the last, partial one (if any) checked
+            acc = whole_steps_then_tail(b, k, tk, zeros, lambda k0, acc, tail: step(k0, acc, tail, True), "k0")
+            _store(w, el, cmat, acc, edge=False)
         with edge:
-            acc = loop_carry(b, i64(0), k, tk, zeros, lambda k0, acc: step(k0, acc, "checked"), name="k0e")
+            acc = loop_carry(b, i64(0), k, tk, zeros, lambda k0, acc: step(k0, acc, True, False), name="k0e")
             _store(w, el, cmat, acc, edge=True)

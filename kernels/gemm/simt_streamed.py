@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from hwbench.core.dtypes import DTYPE_BYTES
-from hwbench.kernels.llvmir.irutil import for_range, i64, imin, loop_carry
+from hwbench.kernels.llvmir.irutil import for_range, i64, imin, loop_carry, merge
 from hwbench.kernels.llvmir.simt import Elements, SIMTContext
 
 
@@ -235,12 +235,7 @@ def _tile_chunk(blk: Block, ops: Operands, steps: tuple[ir.Value, ir.Value], edg
         with b.if_then(b.icmp_signed(">", steps[0], i64(0))):
             partial = load_tile(blk, ops.c, edge)
             loaded = b.block
-        init = []
-        for zero, value in zip(zeros, partial, strict=True):
-            phi = b.phi(zero.type)
-            phi.add_incoming(zero, before)
-            phi.add_incoming(value, loaded)
-            init.append(phi)
+        init = merge(b, [(zeros, before), (partial, loaded)])
     store_tile(blk, ops.c, streamed(blk, ops, edge, steps, init), edge)
 
 

@@ -215,6 +215,38 @@ def loop_carry(
     return results
 
 
+def merge(builder: ir.IRBuilder, incoming: Sequence[tuple[Sequence[ir.Value], ir.Block]]) -> list[ir.Value]:
+    """One phi per value where control flow joins: ``incoming`` pairs each predecessor block
+    with the values it brings (the same count and types from every one)."""
+    merged = []
+    for k in range(len(incoming[0][0])):
+        phi = builder.phi(incoming[0][0][k].type)
+        for values, block in incoming:
+            phi.add_incoming(values[k], block)
+        merged.append(phi)
+    return merged
+
+
+def whole_steps_then_tail(
+    builder: ir.IRBuilder,
+    stop: ir.Value,
+    step: int,
+    init: Sequence[ir.Value],
+    body: Callable[[ir.Value, list[ir.Value], bool], Sequence[ir.Value]],
+    name: str = "steps",
+) -> list[ir.Value]:
+    """``body(i, values, False)`` for every whole ``step`` in ``range(0, stop)``, then
+    ``body(i, values, True)`` once for the partial step left (if any), carrying ``values``:
+    the shape of a K loop whose tiles are read unchecked but for the last."""
+    whole = builder.mul(builder.sdiv(stop, i64(step)), i64(step))
+    values = loop_carry(builder, i64(0), whole, step, init, lambda i, vals: body(i, vals, False), name=name)
+    before = builder.block
+    with builder.if_then(builder.icmp_signed("<", whole, stop)):
+        tail = body(whole, list(values), True)
+        tail_block = builder.block
+    return merge(builder, [(values, before), (tail, tail_block)])
+
+
 @contextmanager
 def for_range(
     builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: ir.Value | int = 1, name: str = "for"

@@ -45,11 +45,7 @@ def main() -> int:
     from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv
 
     backend = get_backend("opencl")
-    devices = [
-        d
-        for d in backend.devices()
-        if any(v >= opencl.SPIRV_VERSION for v in opencl.spirv_versions(d.extra["il_versions"]))
-    ]
+    devices = [d for d in backend.devices() if opencl.takes_spirv(d.extra["il_versions"])]
     if not devices:
         print("no OpenCL device takes SPIR-V here: pip install 'hwbench[intel-opencl]'", file=sys.stderr)
         return 2
