@@ -486,6 +486,12 @@ def test_a_native_known_to_miss_the_tolerance_runs_that_dtype_only_when_asked() 
     asked = Plan(backends=["opencl"], kernels=["gemm"], dtypes=["fp16"])
     cases, skipped = plan_cases(asked, backends, {"gemm": ("fp32", "fp16")}, shapes)
     assert sorted(c.impl for c in cases) == ["clblast", "opencl"] and not skipped
+    # Asked for alone, with no dtype: its fp16 is still a skipped record that says how to run it.
+    alone = [{**backends[0], "implementations": {"gemm": impls[:1]}}]
+    plan = Plan(backends=["opencl"], kernels=["gemm"], impls=["clblast"])
+    cases, skipped = plan_cases(plan, alone, {"gemm": ("fp32", "fp16")}, shapes)
+    assert [(c.impl, c.dtype) for c in cases] == [("clblast", "fp32")]
+    assert [(r["impl"], r["dtype"], r["status"]) for r in skipped] == [("clblast", "fp16", "skipped")]
 
 
 def test_the_native_baseline_is_not_one_known_to_miss_the_dtypes_tolerance() -> None:

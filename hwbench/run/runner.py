@@ -85,9 +85,11 @@ def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[d
 
 
 def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wanted: list[str] | None) -> list[str]:
+    """The dtypes asked for, else every dtype an implementation offers (those it runs only on
+    request included: their skipped records say how to run them)."""
     if wanted:
         return list(wanted)
-    offered = {d for impl in impls for d in impl["dtypes"] if d not in impl.get("on_request", ())}
+    offered = {d for impl in impls for d in impl["dtypes"]}
     return [d for d in kernel_dtypes if d in offered]
 
 
