@@ -51,6 +51,8 @@ def test_the_device_configuration_takes_the_instruction_where_the_target_has_it(
             cfg = simt.config_for(target_for(arch), dtype)
             assert cfg["MMA"] == 1 and simt_mma.check_config(cfg, target_for(arch).mma(dtype)) == cfg, (arch, dtype)
         assert "MMA" not in simt.config_for(target_for(arch), "fp32")
+    assert nvptx_mma("bf16", "sm_100a") is not None and nvptx_mma("fp16", "sm_120f") is not None
+    assert nvptx_mma("bf16", "sm_75") is None and nvptx_mma("fp32", "sm_90") is None
     for arch in ("sm_75", "gfx908", "gfx1100"):  # no m16n8k16 / no 16x16x16 bf16_1k MFMA
         assert "MMA" not in simt.config_for(target_for(arch), "bf16"), arch
     assert "MMA" not in simt.config_for(SPIRVTarget(DeviceLimits(kind="gpu")), "bf16")

@@ -27,6 +27,7 @@ a GPU. It checks the kernel against the layout written here, not the layout agai
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -198,7 +199,8 @@ def layout_cells(inst: MatrixInstruction, operand: str) -> list[tuple[int, int]]
 
 def nvptx_mma(dtype: str, arch: str) -> MatrixInstruction | None:
     """``mma.sync.aligned.m16n8k16.row.col.f32`` of ``dtype`` on ``arch`` (sm_80 and newer), else None."""
-    if dtype not in ("bf16", "fp16") or not arch.startswith("sm_") or int(arch[3:].rstrip("a")) < 80:
+    version = re.match(r"sm_(\d+)", arch)
+    if dtype not in ("bf16", "fp16") or version is None or int(version[1]) < 80:
         return None
     g, t = (0, 1, 0), (1, 0, 0)  # g = lane // 4 (hi), t = lane % 4 (lo)
 
