@@ -45,9 +45,17 @@ from hwbench.kernels.gemm.simt_streamed import (
     streamed,
     tile_width,
 )
-from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, imin, loop_carry, whole_steps_then_tail
+from hwbench.kernels.llvmir.irutil import I32, I64, PTR, i64, loop_carry, whole_steps_then_tail
 from hwbench.kernels.llvmir.mma import MatrixInstruction
-from hwbench.kernels.llvmir.simt import DeviceLimits, Elements, SIMTContext, SIMTTarget, compute_dtype
+from hwbench.kernels.llvmir.simt import (
+    DeviceLimits,
+    Elements,
+    SIMTContext,
+    SIMTTarget,
+    clamped_lanes,
+    compute_dtype,
+    share_rounds,
+)
 
 KERNEL = "gemm"
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
@@ -152,41 +160,17 @@ def _stage(blk: Block, src: ir.Value, dst: ir.Value, k0: ir.Value, k: ir.Value, 
     b, el, c = blk.b, blk.el, blk.cfg
     threads, vw, tk = c["WGM"] * c["WGN"], c["VW"], c["TK"]
     per_row = tk // vw if is_a else blk.bn // vw
-    total = (blk.bm if is_a else tk) * per_row
-    tid = blk.tid
-    last_m, last_n, last_k = (b.sub(x, i64(1)) for x in (blk.m, blk.n, k))
-    for s in range(-(-total // threads)):
-        e = b.add(tid, i64(s * threads))
-        major, minor = _divmod(b, e, per_row)
-        minor = b.mul(minor, i64(vw))
+    lines = blk.bm if is_a else tk
+    for major, minor in share_rounds(b, blk.tid, threads, lines, per_row, vw):
         if is_a:  # row ``major`` of the block, K from k0 + minor
-            row, col, rows, cols, last_r, last_c = b.add(blk.i0, major), b.add(k0, minor), blk.m, k, last_m, last_k
+            row, col, size = b.add(blk.i0, major), b.add(k0, minor), (blk.m, k)
             slot = b.add(b.mul(major, i64(a_stride(c))), minor)
         else:  # step ``major`` of K, columns from j0 + minor
-            row, col, rows, cols, last_r, last_c = b.add(k0, major), b.add(blk.j0, minor), k, blk.n, last_k, last_n
+            row, col, size = b.add(k0, major), b.add(blk.j0, minor), (k, blk.n)
             slot = b.add(b.mul(major, i64(blk.bn)), minor)
-        width = k if is_a else blk.n
-        lanes = None
-        if checked:
-            row_ok, where_row = b.icmp_signed("<", row, rows), b.mul(imin(b, row, last_r), width)
-            lanes = []
-            for lane in range(vw):
-                cl = b.add(col, i64(lane))
-                ok = b.and_(row_ok, b.icmp_signed("<", cl, cols))
-                lanes.append((b.add(where_row, imin(b, cl, last_c)), ok))
-        index = b.add(b.mul(row, width), col)
-        if total % threads and s == total // threads:  # the last round is partial
-            with b.if_then(b.icmp_signed("<", e, i64(total))):
-                _copy(el, src, index, dst, slot, lanes)
-        else:
-            _copy(el, src, index, dst, slot, lanes)
-
-
-def _divmod(b: ir.IRBuilder, x: ir.Value, d: int) -> tuple[ir.Value, ir.Value]:
-    """(x // d, x % d) for non-negative ``x``: shifts and masks for powers of two."""
-    if d & (d - 1) == 0:
-        return b.lshr(x, i64(d.bit_length() - 1)), b.and_(x, i64(d - 1))
-    return b.udiv(x, i64(d)), b.urem(x, i64(d))
+        width = size[1]
+        lanes = clamped_lanes(b, (row, col), size, width, vw) if checked else None
+        _copy(el, src, b.add(b.mul(row, width), col), dst, slot, lanes)
 
 
 def a_stride(cfg: Mapping[str, int]) -> int:

@@ -16,13 +16,12 @@ the dtype (rounded to nearest even), masked to ``M x N`` on an edge block.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import nullcontext
 
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.irutil import i64, imin, loop_carry, whole_steps_then_tail
+from hwbench.kernels.llvmir.irutil import i64, loop_carry, whole_steps_then_tail
 from hwbench.kernels.llvmir.mma import Affine, Issue, MatrixInstruction, coordinate
-from hwbench.kernels.llvmir.simt import Elements, SIMTContext
+from hwbench.kernels.llvmir.simt import Elements, SIMTContext, clamped_lanes, share_rounds
 
 CONFIG_KEYS = ("MMA", "WM", "WN", "FM", "FN", "TK")
 #: Elements one staging copy moves (16 bytes of a 16-bit dtype).
@@ -94,49 +93,24 @@ def _stage(w: _Warp, el: Elements, src: ir.Value, dst: ir.Value, k0: ir.Value, k
     loads) or ``checked`` (clamped indices, zeros outside the matrix)."""
     b, tk = w.b, w.cfg["TK"]
     per_row = tk // VEC if is_a else w.bn // VEC
-    total = (w.bm if is_a else tk) * per_row
-    last_m, last_n, last_k = (b.sub(x, i64(1)) for x in (w.m, w.n, k))
-    for s in range(-(-total // w.threads)):
-        e = b.add(w.tid, i64(s * w.threads))
-        major, minor = b.udiv(e, i64(per_row)), b.mul(b.urem(e, i64(per_row)), i64(VEC))
+    for major, minor in share_rounds(b, w.tid, w.threads, w.bm if is_a else tk, per_row, VEC):
         if is_a:  # row ``major`` of the block, K from k0 + minor
-            row, col, rows, cols, last_r, last_c, width = (
-                b.add(w.i0, major),
-                b.add(k0, minor),
-                w.m,
-                k,
-                last_m,
-                last_k,
-                k,
-            )
+            row, col, size = b.add(w.i0, major), b.add(k0, minor), (w.m, k)
         else:  # step ``major`` of K, columns from j0 + minor
-            row, col, rows, cols, last_r, last_c, width = (
-                b.add(k0, major),
-                b.add(w.j0, minor),
-                k,
-                w.n,
-                last_k,
-                last_n,
-                w.n,
-            )
-        with b.if_then(b.icmp_unsigned("<", e, i64(total))) if total % w.threads else nullcontext():
-            if form == "checked":
-                row_ok = b.icmp_signed("<", row, rows)
-                values = []
-                for lane in range(VEC):
-                    cl = b.add(col, i64(lane))
-                    where = b.add(b.mul(imin(b, row, last_r), width), imin(b, cl, last_c))
-                    ok = b.and_(row_ok, b.icmp_signed("<", cl, cols))
-                    values.append(b.select(ok, el.load_raw(src, where), ir.Constant(el.store_ty, 0)))
-            else:
-                vec = el.load_raw_vec(src, b.add(b.mul(row, width), col), VEC, 16 if form == "aligned" else 2)
-                values = [b.extract_element(vec, ir.Constant(ir.IntType(32), j)) for j in range(VEC)]
-            if is_a:
-                slot = b.add(b.mul(major, i64(w.stride)), minor)
-                el.store_raw_vec(_pack(b, el, values), dst, slot, 16)
-            else:
-                for j, value in enumerate(values):
-                    el.store_raw(value, dst, b.add(b.mul(b.add(minor, i64(j)), i64(w.stride)), major))
+            row, col, size = b.add(k0, major), b.add(w.j0, minor), (k, w.n)
+        if form == "checked":
+            zero = ir.Constant(el.store_ty, 0)
+            lanes = clamped_lanes(b, (row, col), size, size[1], VEC)
+            values = [b.select(ok, el.load_raw(src, where), zero) for where, ok in lanes]
+        else:
+            vec = el.load_raw_vec(src, b.add(b.mul(row, size[1]), col), VEC, 16 if form == "aligned" else 2)
+            values = [b.extract_element(vec, ir.Constant(ir.IntType(32), j)) for j in range(VEC)]
+        if is_a:
+            slot = b.add(b.mul(major, i64(w.stride)), minor)
+            el.store_raw_vec(_pack(b, el, values), dst, slot, 16)
+        else:
+            for j, value in enumerate(values):
+                el.store_raw(value, dst, b.add(b.mul(b.add(minor, i64(j)), i64(w.stride)), major))
 
 
 def _pack(b: ir.IRBuilder, el: Elements, values: list[ir.Value]) -> ir.Value:

@@ -58,7 +58,7 @@ class Block:
         """The same work-item's register tile ``t`` down and ``u`` across the block (``MT``, ``NT``)."""
         c, sub = self.cfg, copy.copy(self)
         sub.i0 = self.b.add(self.i0, self.b.mul(t, i64(c["WGM"] * c["TM"])))
-        sub.j0 = self.b.add(self.j0, self.b.mul(u, i64(c["WGN"] * c["TNV"] * c["VW"])))
+        sub.j0 = self.b.add(self.j0, self.b.mul(u, i64(tile_width(c))))
         sub.t, sub.u = t, u
         return sub
 

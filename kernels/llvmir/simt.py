@@ -22,7 +22,8 @@ give the backend a loader for what :meth:`~SIMTTarget.lower` returns.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from llvmlite import ir
 
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.kernels.llvmir import vecmath
-from hwbench.kernels.llvmir.irutil import F32, I32, I64, VOID, elem_size, fma, i64, scalar_type, splat
+from hwbench.kernels.llvmir.irutil import F32, I32, I64, VOID, elem_size, fma, i64, imin, scalar_type, splat
 from hwbench.kernels.llvmir.target import LLVMTarget
 
 SIMTBody = Callable[["SIMTContext", list[ir.Argument]], None]
@@ -318,16 +319,13 @@ class Elements:
 
     def load(self, ptr: ir.Value, index: ir.Value) -> ir.Value:
         """One element ``ptr[index]`` as a compute-type scalar."""
-        x = self.b.load(self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty), typ=self.store_ty)
-        return self._widen(x, self.ty)
+        return self._widen(self.load_raw(ptr, index), self.ty)
 
     def load_vec(self, ptr: ir.Value, index: ir.Value, align: int | None = None) -> ir.Value:
         """``vw`` contiguous elements from ``ptr[index]``."""
         if self.vw == 1:
             return self.load(ptr, index)
-        sty = ir.VectorType(self.store_ty, self.vw)
-        where = self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty)
-        return self._widen(self.b.load(where, typ=sty, align=align or _bytes(self.store_ty)), self.vty)
+        return self._widen(self.load_raw_vec(ptr, index, self.vw, align or _bytes(self.store_ty)), self.vty)
 
     def gather(self, ptr: ir.Value, indices: Sequence[ir.Value]) -> ir.Value:
         """One element per lane from ``ptr[indices[lane]]``."""
@@ -361,18 +359,53 @@ class Elements:
 
     def store(self, value: ir.Value, ptr: ir.Value, index: ir.Value) -> None:
         """Store a compute-type scalar to ``ptr[index]``."""
-        self.b.store(
-            self._narrow(value, self.store_ty), self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty)
-        )
+        self.store_raw(self._narrow(value, self.store_ty), ptr, index)
 
     def store_vec(self, value: ir.Value, ptr: ir.Value, index: ir.Value, align: int | None = None) -> None:
         """Store ``vw`` lanes to ``ptr[index:index+vw]``."""
         if self.vw == 1:
             self.store(value, ptr, index)
             return
-        sty = ir.VectorType(self.store_ty, self.vw)
-        where = self.b.gep(ptr, [index], inbounds=True, source_etype=self.store_ty)
-        self.b.store(self._narrow(value, sty), where, align=align or _bytes(self.store_ty))
+        narrow = self._narrow(value, ir.VectorType(self.store_ty, self.vw))
+        self.store_raw_vec(narrow, ptr, index, align or _bytes(self.store_ty))
+
+
+def share_rounds(
+    builder: ir.IRBuilder, tid: ir.Value, threads: int, lines: int, per_line: int, vec: int
+) -> Iterator[tuple[ir.Value, ir.Value]]:
+    """A work-group's copy of a tile of ``lines`` x ``per_line`` pieces of ``vec`` elements, the
+    work-items taking pieces in turn: yields, round by round, this work-item's (line, first
+    element in the line); the code emitted for a piece lands inside the guard of the last,
+    partial round (work-items past the tile skip it)."""
+    total = lines * per_line
+    for s in range(-(-total // threads)):
+        piece = builder.add(tid, i64(s * threads))
+        if per_line & (per_line - 1) == 0:
+            line = builder.lshr(piece, i64(per_line.bit_length() - 1))
+            minor = builder.and_(piece, i64(per_line - 1))
+        else:
+            line, minor = builder.udiv(piece, i64(per_line)), builder.urem(piece, i64(per_line))
+        partial = total % threads and s == total // threads
+        with builder.if_then(builder.icmp_signed("<", piece, i64(total))) if partial else nullcontext():
+            yield line, builder.mul(minor, i64(vec))
+
+
+def clamped_lanes(
+    builder: ir.IRBuilder, at: tuple[ir.Value, ir.Value], size: tuple[ir.Value, ir.Value], width: ir.Value, count: int
+) -> list[tuple[ir.Value, ir.Value]]:
+    """For ``count`` elements from (row, column) ``at`` of a row-major matrix of ``size`` (rows,
+    columns) and row length ``width``: each one's index with row and column clamped into the
+    matrix, and whether it lies inside (an i1), so edges read in bounds and store zeros."""
+    b = builder
+    (row, col), (rows, cols) = at, size
+    row_ok = b.icmp_signed("<", row, rows)
+    where_row = b.mul(imin(b, row, b.sub(rows, i64(1))), width)
+    lanes = []
+    for lane in range(count):
+        cl = b.add(col, i64(lane))
+        ok = b.and_(row_ok, b.icmp_signed("<", cl, cols))
+        lanes.append((b.add(where_row, imin(b, cl, b.sub(cols, i64(1)))), ok))
+    return lanes
 
 
 def _int_splat(ty: ir.Type, value: int) -> ir.Constant:
