@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from llvmlite import ir
 
 from hwbench.core.dtypes import DTYPE_BYTES
+from hwbench.kernels.llvmir import cpu_model
 from hwbench.kernels.llvmir.irutil import I64, PTR, VOID, for_range, i64
 from hwbench.kernels.llvmir.jit import ensure_llvm_initialized
 
@@ -90,15 +91,6 @@ def enabled_features(features: str) -> frozenset[str]:
     return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
 
 
-def _host_vector_bytes(features: str) -> int:
-    enabled = enabled_features(features)
-    if "avx512f" in enabled:
-        return 64
-    if "avx2" in enabled or "avx" in enabled:
-        return 32
-    return 16  # SSE2 / NEON / anything else with 128-bit vectors
-
-
 def _type_bytes(ty: ir.Type) -> int:
     if isinstance(ty, ir.IntType):
         return max(1, ty.width // 8)
@@ -158,17 +150,26 @@ class CPUTarget(LLVMTarget):
 
     kind = "cpu"
 
-    def __init__(self, cpu_name: str | None = None, features: str | None = None) -> None:
+    def __init__(self, cpu_name: str | None = None, features: str | None = None, isa_level: str | None = None) -> None:
+        """The host CPU (or ``cpu_name`` with LLVM ``features``), restricted to ``isa_level``
+        (:data:`~.cpu_model.X86_LEVELS`, ``neon``) where one is given."""
         import llvmlite.binding as llvm
 
         ensure_llvm_initialized()
         self.cpu_name = cpu_name or llvm.get_host_cpu_name()
-        self.features = features if features is not None else llvm.get_host_cpu_features().flatten()
+        features = features if features is not None else llvm.get_host_cpu_features().flatten()
+        self.isa_level = isa_level
+        self.features = cpu_model.restrict_features(features, isa_level) if isa_level else features
         self.triple = llvm.get_process_triple()
         tm = llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu_name, features=self.features)
         self.data_layout = str(tm.target_data)
-        self._vector_bytes = _host_vector_bytes(self.features)
-        self.name = f"cpu-{self.cpu_name}-{self._vector_bytes * 8}b"
+        #: What every ISA-dependent choice of the CPU kernels is derived from.
+        self.description = cpu_model.describe(
+            self.triple, self.features, restricted=isa_level is not None, host_features=features
+        )
+        self._vector_bytes = self.description.vector_bytes
+        level = f"-{isa_level}" if isa_level else ""
+        self.name = f"cpu-{self.cpu_name}{level}-{self._vector_bytes * 8}b"
 
     @property
     def cache_key(self) -> str:
@@ -227,7 +228,12 @@ class CPUTarget(LLVMTarget):
         return fn
 
 
-@functools.lru_cache(maxsize=1)
 def host_target() -> CPUTarget:
-    """The host CPU target (built once per process)."""
-    return CPUTarget()
+    """The host CPU target, at the ISA level ``HWBENCH_CPU_ISA`` names (built once per level and
+    process)."""
+    return _host_target(cpu_model.isa_level_from_env())
+
+
+@functools.lru_cache(maxsize=8)
+def _host_target(isa_level: str | None) -> CPUTarget:
+    return CPUTarget(isa_level=isa_level)
