@@ -1,71 +1,86 @@
 """int8 GEMM ``C = A @ B`` (int8 inputs, int32 sums and output) on the host CPU in llvmlite IR.
 
-The structure is :mod:`.llvm`'s (BLIS/Goto): per ``kc`` slice of K one program packs its B
-block into ``NR``-column panels and its A block into ``MR``-row panels, then runs an ``MR x NR``
-register-blocked microkernel whose accumulators live in vector registers. K is grouped by 4:
-a packed B panel holds, per group, each column's 4 bytes side by side (``NR * 4`` bytes, two
-vectors of ``4 * VW`` bytes), and a packed A panel each row's 4 bytes as one i32 that the
-microkernel broadcasts. K past the slice is zero in B, so any K works.
+The structure is :mod:`.llvm`'s (BLIS/Goto) on :mod:`.llvm_panels`' scaffold: per ``kc`` slice
+of K one program packs its B block into ``NR``-column panels and its A block into ``MR``-row
+panels, then runs an ``MR x NR`` register-blocked microkernel whose accumulators live in vector
+registers; tile and blocking come from the target's description. K is grouped so that one i32
+lane holds one group: a packed B panel holds, per group, each column's group side by side, a
+packed A panel each row's group as one i32 the microkernel broadcasts. K past the slice is zero
+in B, so any K works. Two paths compute ``acc += a . b`` per lane, chosen by the features:
 
-Two paths compute ``acc += a4 . b4`` per lane, chosen by the target's features:
-
-* ``vnni``: ``vpdpbusd`` (``llvm.x86.avx512.vpdpbusd.512``), which multiplies *unsigned*
-  bytes by signed ones. A is packed as ``A + 128`` (``xor 0x80``), so the dot is
-  ``sum (A + 128) B = A.B + 128 colsum(B)``; the packing of B also sums its columns and the
-  microkernel starts from ``-128 colsum(B)``. i32 arithmetic wraps, so the result equals the
-  int32 dot exactly whatever the order.
-* ``widening``: the same packed data, products widened to i32 and the 4 of a group added,
-  in plain vector IR any LLVM target lowers.
+* ``vnni`` (groups of 4 bytes): ``vpdpbusd`` (AVX-512 VNNI on 512-bit vectors, AVX-VNNI or
+  AVX-512 VNNI+VL on 256-bit ones), which multiplies *unsigned* bytes by signed ones. A is
+  packed as ``A + 128`` (``xor 0x80``), so the dot is ``sum (A + 128) B = A.B + 128 colsum(B)``;
+  the packing of B also sums its columns and the microkernel starts from ``-128 colsum(B)``.
+  i32 arithmetic wraps, so the result equals the int32 dot exactly whatever the order.
+* ``widening`` (groups of 2): both operands sign-extended to int16 when packed, and
+  ``vpmaddwd`` (``pmaddwd`` on SSE2, AVX2 and AVX-512BW) multiplies the int16 pairs and adds
+  each pair's two products into an i32 lane, then ``vpaddd`` accumulates. ``vpmaddwd``'s one
+  overflow is ``(-32768)^2 * 2``; from int8 values ``|a0 b0 + a1 b1| <= 2 * 128 * 128 = 32768``,
+  so no lane can saturate or wrap and no offset correction is needed. It issues as many
+  multiplies per int8 multiply-add as the u8 x s8 ``vpmaddubsw`` + ``vpmaddwd`` pair (whose
+  int16 sums saturate at ``2 * 255 * 127``), and fewer than a ``vpmaddubsw`` on a split operand.
+  Off x86 the same pairs are multiplied in plain vector IR (sign extension, multiply, the even
+  and odd lanes added).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch
-from hwbench.kernels.gemm.llvm_panels import Panels, emit_micro_loops, store_micro_tile
-from hwbench.kernels.gemm.llvm_panels import blocking as panel_blocking
-from hwbench.kernels.gemm.llvm_panels import launch as panel_launch
-from hwbench.kernels.gemm.llvm_panels import prepare as panel_prepare
+from hwbench.kernels.gemm import llvm_panels as panels_mod
+from hwbench.kernels.gemm.llvm_panels import Panels
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
-from hwbench.kernels.llvmir.irutil import (
-    I1,
-    I32,
-    I64,
-    PTR,
-    VOID,
-    ceil_div,
-    elem_ptr,
-    for_range,
-    i64,
-    imin,
-    intrinsic,
-    lane_mask,
-    load,
-    load_vec,
-    loop_carry,
-    masked_load,
-    store_vec,
-)
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
+from hwbench.kernels.llvmir.irutil import I32, PTR, ceil_div, elem_ptr, for_range, i64, imin, intrinsic
+from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features, host_target
 
 KERNEL = "gemm"
 DTYPES = ("int8",)
-I8 = ir.IntType(8)
-MR = 14  # 28 accumulators + 2 B vectors + 1 broadcast: 31 of 32 vector registers
-NR_VECTORS = 2
-GROUP = 4  # k values per dot product (one i32 lane holds 4 bytes)
-#: Upper bounds baked into the workspace (kc in k values, a multiple of GROUP).
-MAX_BLOCK = {"mc": 28 * MR, "nc": 1024, "kc": 2048}
-VNNI = "llvm.x86.avx512.vpdpbusd.512"
+I8, I16 = ir.IntType(8), ir.IntType(16)
+#: Upper bound of kc (k values) baked into the workspace.
+KC_MAX = 2048
+#: The pmaddwd intrinsic per vector width in bits.
+PMADDWD = {128: "llvm.x86.sse2.pmadd.wd", 256: "llvm.x86.avx2.pmadd.wd", 512: "llvm.x86.avx512.pmaddw.d.512"}
+SCHEMES = {
+    "vnni": "u8 x s8 on vpdpbusd, A offset by +128 and -128 colsum(B) added: exact in wrapping i32",
+    "vpmaddwd": "s8 sign-extended to s16 pairs on vpmaddwd, i32 sums: |a0 b0 + a1 b1| <= 2*128^2, cannot saturate",
+    "generic": "s8 sign-extended to s16 pairs, products of each pair added in i32 (plain vector IR)",
+}
+
+
+def _vnni(target: CPUTarget) -> bool:
+    enabled = enabled_features(target.features)
+    bits = target.description.vector_bytes * 8
+    if bits == 512:
+        return "avx512vnni" in enabled
+    return bits == 256 and ("avxvnni" in enabled or {"avx512vnni", "avx512vl"} <= enabled)
+
+
+def _x86(target: CPUTarget) -> bool:
+    return target.triple.startswith(("x86_64", "i686", "i386"))
 
 
 def path(target: CPUTarget) -> str:
-    """``vnni`` where the target has AVX-512 VNNI on 512-bit vectors, else ``widening``."""
-    enabled = enabled_features(target.features)
-    return "vnni" if "avx512vnni" in enabled and target.vector_width("int32") == 16 else "widening"
+    """``vnni`` where the target has a ``vpdpbusd`` of its vector width, else ``widening``."""
+    return "vnni" if _vnni(target) else "widening"
+
+
+def instruction(target: CPUTarget) -> str:
+    """The dot product the code is built on: ``vnni``, ``vpmaddwd`` (x86) or ``generic``."""
+    return "vnni" if _vnni(target) else "vpmaddwd" if _x86(target) else "generic"
+
+
+def panels(target: CPUTarget) -> Panels:
+    """The int8 panels on ``target``: groups of 4 on ``vpdpbusd`` (accumulates in place), of 2 on
+    ``vpmaddwd`` (its product takes a register before it is added: one spare more)."""
+    kind = instruction(target)
+    group, spare = (4, 1) if kind == "vnni" else (2, 2)
+    return panels_mod.derive(target, "int8", (path(target), SCHEMES[kind]), group, KC_MAX, spare=spare)
 
 
 def lanes(target: CPUTarget) -> int:
@@ -73,60 +88,34 @@ def lanes(target: CPUTarget) -> int:
     return target.vector_width("int32")
 
 
-#: The packed-panel geometry (kc of 1536 k values: the MR x kc A micro-panel ~21 KiB, in L1).
-PANELS = Panels("int8", MR, NR_VECTORS, GROUP, MAX_BLOCK, 1536, path)
-
-
-def _dot(b: ir.IRBuilder, kind: str, acc: ir.Value, a4: ir.Value, bv: ir.Value, vw: int) -> ir.Value:
-    """``acc[l] += sum_t u8(a4[4l+t]) * s8(bv[4l+t])`` on ``<vw x i32>`` / ``<4vw x i8>``."""
-    bytes_ty = ir.VectorType(I8, GROUP * vw)
+def _dot(kind: str, vw: int) -> panels_mod.Dot:
+    """``acc[l] += sum_t a[group l + t] * b[group l + t]`` on ``<vw x i32>`` of packed groups."""
+    i32v = ir.VectorType(I32, vw)
     if kind == "vnni":
-        vty = acc.type
-        fn = intrinsic(b.module, VNNI, vty, [vty, bytes_ty, bytes_ty])
-        return b.call(fn, [acc, b.bitcast(a4, bytes_ty), bv])
-    wide = ir.VectorType(I32, GROUP * vw)
-    prod = b.mul(b.zext(b.bitcast(a4, bytes_ty), wide), b.sext(bv, wide))
-    undef = ir.Constant(wide, ir.Undefined)
-    for t in range(GROUP):
-        pick = ir.Constant(ir.VectorType(I32, vw), [GROUP * lane + t for lane in range(vw)])
-        acc = b.add(acc, b.shuffle_vector(prod, undef, pick))
-    return acc
+        bytes_ty = ir.VectorType(I8, 4 * vw)
 
+        def vnni(b: ir.IRBuilder, acc: ir.Value, a: ir.Value, bv: ir.Value) -> ir.Value:
+            fn = intrinsic(b.module, f"llvm.x86.avx512.vpdpbusd.{32 * vw}", i32v, [i32v, bytes_ty, bytes_ty])
+            return b.call(fn, [acc, b.bitcast(a, bytes_ty), b.bitcast(bv, bytes_ty)])
 
-def _emit_micro(module: ir.Module, kind: str, vw: int) -> ir.Function:
-    """``micro(pa, pb, kg, corr, c, ldc, mvalid, nvalid, first)``: C tile (+)= Apanel . Bpanel + corr."""
-    nr = NR_VECTORS * vw
-    vty = ir.VectorType(I32, vw)
-    vbytes = GROUP * vw  # one B vector: vw columns x 4 bytes
-    fnty = ir.FunctionType(VOID, [PTR, PTR, I64, PTR, PTR, I64, I64, I64, I1])
-    fn = ir.Function(module, fnty, name=f"{KERNEL}_micro_int8_{kind}")
-    fn.linkage = "internal"
-    for k in (0, 1, 3, 4):
-        fn.args[k].add_attribute("noalias")
-    pa, pb, kg, corr, c, ldc, mvalid, nvalid, first = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    start = [load_vec(b, corr, I32, i64(v * vw), vw, align=4 * vw) for v in range(NR_VECTORS)]
+        return vnni
+    halves = ir.VectorType(I16, 2 * vw)
+    if kind == "vpmaddwd":
 
-    def step(g: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-        row = b.mul(g, i64(GROUP * nr))
-        bv = [load_vec(b, pb, I8, b.add(row, i64(v * vbytes)), vbytes, align=vbytes) for v in range(NR_VECTORS)]
-        arow = b.mul(g, i64(MR))
-        out = []
-        for r in range(MR):
-            a = load(b, elem_ptr(b, pa, I32, b.add(arow, i64(r))), I32, align=4)
-            a4 = b.shuffle_vector(
-                b.insert_element(ir.Constant(vty, ir.Undefined), a, ir.Constant(I32, 0)),
-                ir.Constant(vty, ir.Undefined),
-                ir.Constant(vty, [0] * vw),
-            )
-            for v in range(NR_VECTORS):
-                out.append(_dot(b, kind, acc[r * NR_VECTORS + v], a4, bv[v], vw))
-        return out
+        def madd(b: ir.IRBuilder, acc: ir.Value, a: ir.Value, bv: ir.Value) -> ir.Value:
+            fn = intrinsic(b.module, PMADDWD[32 * vw], i32v, [halves, halves])
+            return b.add(acc, b.call(fn, [b.bitcast(a, halves), b.bitcast(bv, halves)]))
 
-    acc = loop_carry(b, i64(0), kg, 1, [start[v % NR_VECTORS] for v in range(MR * NR_VECTORS)], step, name="g")
-    store_micro_tile(b, acc, c, ldc, (mvalid, nvalid), first, MR, vw)
-    b.ret_void()
-    return fn
+        return madd
+    wide = ir.VectorType(I32, 2 * vw)
+    even, odd = (ir.Constant(i32v, [2 * lane + t for lane in range(vw)]) for t in (0, 1))
+
+    def generic(b: ir.IRBuilder, acc: ir.Value, a: ir.Value, bv: ir.Value) -> ir.Value:
+        prod = b.mul(b.sext(b.bitcast(a, halves), wide), b.sext(b.bitcast(bv, halves), wide))
+        undef = ir.Constant(wide, ir.Undefined)
+        return b.add(acc, b.add(b.shuffle_vector(prod, undef, even), b.shuffle_vector(prod, undef, odd)))
+
+    return generic
 
 
 def interleave(b: ir.IRBuilder, rows: list[ir.Value], width: int) -> ir.Value:
@@ -141,89 +130,53 @@ def interleave(b: ir.IRBuilder, rows: list[ir.Value], width: int) -> ir.Value:
     return b.shuffle_vector(pairs[0], pairs[1], ir.Constant(ir.VectorType(I32, group * width), order))
 
 
-def _emit_pack_b(
-    b: ir.IRBuilder, vw: int, src: ir.Value, ldb: ir.Value, dst: ir.Value, corr: ir.Value, kc: ir.Value, nc: ir.Value
-) -> None:
-    """dst[jr][g] = interleaved B[4g..4g+3, jr*NR : jr*NR+NR] (zero past kc and nc);
-    corr[j] = -128 * sum_k B[k, j] over the slice."""
-    nr = NR_VECTORS * vw
-    row_ty = ir.VectorType(I8, nr)
-    sum_ty = ir.VectorType(I32, nr)
-    groups = ceil_div(b, kc, GROUP)
-    with for_range(b, i64(0), ceil_div(b, nc, nr), name="pbj") as jr:
-        col = b.mul(jr, i64(nr))
-        left = b.sub(nc, col)
-        panel = b.mul(col, b.mul(groups, i64(GROUP)))
+def _combine_b(kind: str, nr: int) -> panels_mod.Combine:
+    """A group of B rows (``<nr x i8>`` each) as NR packed i32: bytes (vnni) or int16 halves."""
+    i32v = ir.VectorType(I32, nr)
 
-        def group(g: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
-            rows = []
-            for t in range(GROUP):
-                k = b.add(b.mul(g, i64(GROUP)), i64(t))
-                valid = b.select(b.icmp_signed("<", k, kc), left, i64(0))
-                at = elem_ptr(b, src, I8, b.add(b.mul(imin(b, k, b.sub(kc, i64(1))), ldb), col))
-                rows.append(masked_load(b, at, row_ty, lane_mask(b, nr, 0, valid)))
-            packed = interleave(b, rows, nr)
-            store_vec(b, packed, dst, b.add(panel, b.mul(g, i64(GROUP * nr))), align=GROUP * vw)
-            total = sums[0]
-            for row in rows:
-                total = b.add(total, b.sext(row, sum_ty))
-            return [total]
+    def combine(b: ir.IRBuilder, rows: list[ir.Value]) -> ir.Value:
+        if kind != "vnni":
+            rows = [b.sext(row, ir.VectorType(I16, nr)) for row in rows]
+        return b.bitcast(interleave(b, rows, nr), i32v)
 
-        (total,) = loop_carry(b, i64(0), groups, 1, [ir.Constant(sum_ty, None)], group, name="pbg")
-        scaled = b.mul(total, ir.Constant(sum_ty, [-128] * nr))
-        store_vec(b, scaled, corr, col, align=4 * vw)
+    return combine
 
 
-def _emit_pack_a(b: ir.IRBuilder, src: ir.Value, lda: ir.Value, dst: ir.Value, kc: ir.Value, mc: ir.Value) -> None:
-    """dst[ir][g][r] = the 4 bytes A[min(ir*MR + r, mc-1), 4g..4g+3] xor 0x80 (0x80 past kc)."""
-    last_row, last_k = b.sub(mc, i64(1)), b.sub(kc, i64(1))
-    groups = ceil_div(b, kc, GROUP)
-    flip = ir.Constant(I8, 0x80)
-    with for_range(b, i64(0), ceil_div(b, mc, MR), name="paj") as ir_:
-        row0 = b.mul(ir_, i64(MR))
-        rows = [b.mul(imin(b, b.add(row0, i64(r)), last_row), lda) for r in range(MR)]
-        panel = b.mul(row0, b.mul(groups, i64(GROUP)))
-        with for_range(b, i64(0), groups, name="pag") as g:
-            k0 = b.mul(g, i64(GROUP))
-            drow = b.add(panel, b.mul(g, i64(GROUP * MR)))
-            whole = b.icmp_signed("<=", b.add(k0, i64(GROUP)), kc)
-            with b.if_else(whole, likely=True) as (full, edge):
-                with full:  # the group's 4 bytes of each row as one i32
-                    flip4 = ir.Constant(I32, 0x80808080)
-                    for r in range(MR):
-                        x = load(b, elem_ptr(b, src, I8, b.add(rows[r], k0)), I32, align=1)
-                        b.store(b.xor(x, flip4), elem_ptr(b, dst, I32, b.add(b.sdiv(drow, i64(GROUP)), i64(r))))
-                with edge:  # the slice's last, partial group: byte by byte
-                    ks = [b.add(k0, i64(t)) for t in range(GROUP)]
-                    inside = [b.icmp_signed("<", k, kc) for k in ks]
-                    ks = [imin(b, k, last_k) for k in ks]
-                    for r in range(MR):
-                        for t in range(GROUP):
-                            x = load(b, elem_ptr(b, src, I8, b.add(rows[r], ks[t])), I8)
-                            x = b.select(inside[t], b.xor(x, flip), flip)
-                            b.store(x, elem_ptr(b, dst, I8, b.add(drow, i64(GROUP * r + t))))
+def _convert_a(kind: str) -> panels_mod.Convert:
+    """A row's group (``<group x i8>``) as the i32 the microkernel broadcasts."""
+
+    def convert(b: ir.IRBuilder, group: ir.Value) -> ir.Value:
+        if kind == "vnni":
+            return b.xor(b.bitcast(group, I32), ir.Constant(I32, 0x80808080))
+        return b.bitcast(b.sext(group, ir.VectorType(I16, 2)), I32)
+
+    return convert
 
 
 def build(target: LLVMTarget, dtype: str) -> ir.Module:
     """The int8 GEMM module for the host CPU ``target``: entry ``gemm(A, B, C, M, N, K, lda,
-    ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))`` programs, C int32; needs
-    ``mc <= 28*MR``, ``nc`` a multiple of NR within 1024 and ``kc`` a multiple of 4 within 2048."""
+    ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))`` programs, C int32; needs the
+    blocking within :func:`panels`' ``max_block``, ``nc`` a multiple of NR and ``kc`` of the group."""
     if not isinstance(target, CPUTarget):
         raise TypeError(f"no int8 GEMM lowering for {type(target).__name__}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    vw = lanes(target)
-    nr = NR_VECTORS * vw
-    kind = path(target)
+    geo = panels(target)
+    kind = instruction(target)
+    nr, vw, group, lim = geo.nr, geo.vw, geo.group, geo.max_block
     module = target.new_module(f"{KERNEL}_int8_{kind}")
-    micro = _emit_micro(module, kind, vw)
+    acc_ty = ir.VectorType(I32, vw)
+    fixed = kind == "vnni"  # only vpdpbusd's unsigned A needs the column-sum correction
+    micro = panels_mod.emit_micro(module, geo, f"{KERNEL}_micro_int8_{kind}", I32, acc_ty, _dot(kind, vw), fixed)
+    combine, convert = _combine_b(kind, nr), _convert_a(kind)
 
     def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
         a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
         b = ctx.builder
-        pack_a = ctx.local_array(I8, MAX_BLOCK["mc"] * MAX_BLOCK["kc"])
-        pack_b = ctx.local_array(I8, -(-MAX_BLOCK["nc"] // nr) * nr * MAX_BLOCK["kc"])
-        corr = ctx.local_array(I32, -(-MAX_BLOCK["nc"] // nr) * nr)
+        groups = -(-lim["kc"] // group)
+        pack_a = ctx.local_array(I32, lim["mc"] * groups)
+        pack_b = ctx.local_array(I32, -(-lim["nc"] // nr) * nr * groups)
+        corr = ctx.local_array(I32, -(-lim["nc"] // nr) * nr) if fixed else None
         i0 = b.mul(ctx.program_id(1), mc_max)
         j0 = b.mul(ctx.program_id(0), nc_max)
         mc = imin(b, mc_max, b.sub(m, i0))
@@ -232,28 +185,32 @@ def build(target: LLVMTarget, dtype: str) -> ir.Module:
         c_blk = elem_ptr(b, c, I32, b.add(b.mul(i0, ldc), j0))
         with for_range(b, i64(0), k, kc_max, name="pc") as p0:
             kc = imin(b, kc_max, b.sub(k, p0))
-            kg = ceil_div(b, kc, GROUP)
-            _emit_pack_b(b, vw, elem_ptr(b, bm, I8, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, corr, kc, nc)
-            _emit_pack_a(b, elem_ptr(b, a_blk, I8, p0), lda, pack_a, kc, mc)
+            b_src = (elem_ptr(b, bm, I8, b.add(b.mul(p0, ldb), j0)), I8, ldb)
+            panels_mod.emit_pack_b(b, geo, b_src, pack_b, (kc, nc), combine, (corr, -128) if fixed else None)
+            panels_mod.emit_pack_a(b, geo, (elem_ptr(b, a_blk, I8, p0), I8, lda), pack_a, (kc, mc), convert)
             first = b.icmp_signed("==", p0, i64(0))
-            emit_micro_loops(b, PANELS, nr, micro, (pack_a, pack_b), c_blk, I32, (kg, mc, nc, ldc), first, corr)
+            sizes = (ceil_div(b, kc, group), mc, nc, ldc)
+            packed = (pack_a, pack_b)
+            panels_mod.emit_micro_loops(b, geo, micro, packed, c_blk, I32, sizes, first, corr if fixed else None)
 
-    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
+    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [ir.IntType(64)] * 9, body)
     return module
 
 
 def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc (:func:`.llvm_panels.blocking`): the MR x kc A micro-panel (~21 KiB) in L1, the
-    nc x kc B block (~1.5 MiB) in L2/L3."""
-    return panel_blocking(PANELS, shape, target, workers)
+    """mc/nc/kc (:func:`.llvm_panels.blocking`) from the target's caches."""
+    return panels_mod.blocking(panels(target), shape, target, workers)
 
 
 def launch(
-    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
+    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: Mapping[str, int] | None = None
 ) -> Launch:
     """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
-    programs; the record's config says which path (``vnni`` or ``widening``) the code takes."""
-    return panel_launch(PANELS, shape, target, workers, blocks)
+    programs; the record's config says which path (``vnni`` or ``widening``) and scheme the code
+    takes, its tile and blocking and what they were derived from."""
+    if not isinstance(target, CPUTarget):
+        raise TypeError(f"no int8 GEMM lowering for {type(target).__name__}")
+    return panels_mod.launch(panels(target), shape, target, workers, blocks, {"instruction": instruction(target)})
 
 
 def prepare_cpu(
@@ -263,6 +220,7 @@ def prepare_cpu(
     blocks: dict[str, int] | None = None,
     target: CPUTarget | None = None,
 ) -> PreparedKernel:
-    """Bind int8 ``C = A @ B`` (C int32) for the host CPU, or ``target`` (another feature set,
-    for tests); ``blocks`` overrides the cache blocking."""
-    return panel_prepare(PANELS, build, inputs, shape, threads, blocks, target)
+    """Bind int8 ``C = A @ B`` (C int32) for the host CPU, or ``target`` (another feature set or
+    ISA level, for tests); ``blocks`` overrides the cache blocking."""
+    extra = {"instruction": instruction(target or host_target())}
+    return panels_mod.prepare(panels, build, inputs, shape, threads, blocks, target, extra)
