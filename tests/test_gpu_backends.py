@@ -130,15 +130,6 @@ def test_gpu_targets_get_the_work_group_kernels(arch: str) -> None:
     assert "amdgpu_kernel" in str(gemm.build(target_for("gfx942"), "fp32"))
 
 
-def test_cpu_blocking_is_unchanged() -> None:
-    pytest.importorskip("llvmlite")
-    from hwbench.kernels.gemm import llvm as gemm
-    from hwbench.kernels.llvmir.target import host_target
-
-    blk = gemm.blocking({"M": 2048, "N": 2048, "K": 2048}, "fp32", host_target(), 2)
-    assert all(1 <= blk[key] <= gemm._MAX_BLOCK["fp32"][key] for key in ("mc", "nc", "kc"))
-
-
 SMALL = {
     "gemm": [{"M": 67, "N": 45, "K": 130}],
     "attention": [

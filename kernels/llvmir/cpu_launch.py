@@ -21,7 +21,7 @@ from llvmlite import ir
 from hwbench.core.dtypes import output_dtype, storage_dtype
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.kernels.llvmir.jit import CompiledModule, get_or_compile
-from hwbench.kernels.llvmir.target import CPUTarget, LLVMTarget, host_target
+from hwbench.kernels.llvmir.target import CPUTarget, host_target
 
 _HEAD = [ctypes.c_int64] * 5 + [ctypes.c_void_p]
 
@@ -185,19 +185,25 @@ def device_array(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def prepare(
-    build: Callable[[LLVMTarget, str], ir.Module],
+    build: Callable[..., ir.Module],
     inputs: Mapping[str, np.ndarray],
     dtype: str,
     plan: Launch,
     threads: int | None = None,
     target: CPUTarget | None = None,
 ) -> PreparedKernel:
-    """Compile ``build(target, dtype)`` for the host (once per process) and bind it to ``inputs``
-    as ``plan`` says: buffers by name, a zeroed output of ``plan.output``, scalars by type, the
-    grid on at most ``threads`` workers (``plan.workers`` may lower it)."""
+    """Compile ``build(target, dtype)`` for the host (once per process; ``build(target, dtype,
+    plan.defines)`` where the plan has compile-time definitions, e.g. a register tile) and bind it
+    to ``inputs`` as ``plan`` says: buffers by name, a zeroed output of ``plan.output``, scalars by
+    type, the grid on at most ``threads`` workers (``plan.workers`` may lower it)."""
     target = target or host_target()
-    key = (f"{build.__module__}.{build.__qualname__}", dtype, target.cache_key)
-    compiled, fresh = get_or_compile(key, lambda: build(target, dtype), target.cpu_name, target.features)
+    defines = dict(plan.defines)
+    key = (f"{build.__module__}.{build.__qualname__}", dtype, target.cache_key, repr(sorted(defines.items())))
+
+    def make() -> ir.Module:
+        return build(target, dtype, defines) if defines else build(target, dtype)
+
+    compiled, fresh = get_or_compile(key, make, target.cpu_name, target.features)
     threads = min(threads or default_threads(), plan.workers or threads or default_threads())
     host = storage_dtype(dtype)
     for name in plan.buffers():

@@ -45,14 +45,21 @@ _ABOVE_V4 = ("avx512", "amx", "avxvnni", "avxifma", "avxneconvert", "avx10")
 LATENCY_BOUND, PIPES_BOUND = 5, 2
 
 
+#: The vector features that make a CPU one of each level (what the level's code needs).
+LEVEL_REQUIRES: dict[str, frozenset[str]] = {
+    "x86-64-v2": frozenset({"sse4.2", "ssse3"}),
+    "x86-64-v3": frozenset({"avx2", "fma"}),
+    "x86-64-v4": frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+}
+
+
 def x86_level(features: frozenset[str]) -> str:
     """The highest x86-64 level a feature set holds."""
-    if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= features:
-        return "x86-64-v4"
-    if {"avx2", "fma"} <= features:
-        return "x86-64-v3"
-    if {"sse4.2", "ssse3"} <= features:
-        return "x86-64-v2"
+    for level in reversed(list(LEVEL_REQUIRES)):
+        if all(
+            LEVEL_REQUIRES[lower] <= features for lower in list(LEVEL_REQUIRES)[: list(LEVEL_REQUIRES).index(level) + 1]
+        ):
+            return level
     return "x86-64"
 
 
@@ -85,7 +92,7 @@ def restrict_features(features: str, level: str) -> str:
     host = x86_level(enabled)
     order = ["x86-64", *X86_LEVELS]
     if order.index(host) < order.index(level):
-        missing = ", ".join(sorted(_levels_up_to(level) - enabled))
+        missing = ", ".join(sorted(frozenset().union(*LEVEL_REQUIRES.values()) & _levels_up_to(level) - enabled))
         raise UserError(f"{ISA_ENV}={level}: this CPU is {host} and lacks {missing}; choose {host} or lower")
     kept = _levels_up_to(level)
 

@@ -1,0 +1,213 @@
+"""The CPU target's description and the kernels derived from it, at every x86-64 ISA level the
+host has (x86-64-v2: SSE4.2, 16 x 128-bit registers; v3: AVX2 + FMA, 16 x 256-bit; v4: AVX-512,
+32 x 512-bit), emulated by switching the host's features off; a level the host lacks is skipped."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from hwbench.core.errors import UserError  # noqa: E402
+from hwbench.kernels.llvmir import cpu_model, cpu_uarch  # noqa: E402
+from hwbench.kernels.llvmir.target import CPUTarget, host_target  # noqa: E402
+
+LEVELS = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
+V3_FEATURES = "+sse2,+sse4.2,+ssse3,+avx,+avx2,+fma,+f16c,-avx512f,-amx-tile"
+
+
+def _host_level() -> str:
+    return cpu_model.x86_level(frozenset(f[1:] for f in host_target().features.split(",") if f.startswith("+")))
+
+
+def level_target(level: str) -> CPUTarget:
+    """The host restricted to ``level``, or a skip saying the host lacks it."""
+    try:
+        return CPUTarget(isa_level=level)
+    except UserError as exc:
+        pytest.skip(f"this CPU cannot run {level}: {exc}")
+
+
+def test_restricting_switches_off_every_vector_feature_above_the_level() -> None:
+    host = (
+        "+sse2,+sse4.2,+ssse3,+popcnt,+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl,"
+        "+avx512vnni,+amx-tile,+bmi2,+avxvnni"
+    )
+    v3 = cpu_model.restrict_features(host, "x86-64-v3").split(",")
+    assert {"+avx2", "+fma", "+bmi2", "+sse4.2"} <= set(v3)
+    assert {"-avx512f", "-avx512bw", "-avx512vnni", "-amx-tile", "-avxvnni"} <= set(v3)
+    v2 = cpu_model.restrict_features(host, "x86-64-v2").split(",")
+    assert "+sse4.2" in v2 and "-avx" in v2 and "-avx2" in v2 and "-fma" in v2
+    v4 = cpu_model.restrict_features(host, "x86-64-v4").split(",")
+    assert "+avx512vnni" in v4 and "+amx-tile" in v4  # AVX-512's extensions stay with a v4 CPU
+
+
+def test_a_level_above_the_cpu_or_unknown_is_one_clear_error() -> None:
+    with pytest.raises(UserError, match="lacks avx512"):
+        cpu_model.restrict_features(V3_FEATURES, "x86-64-v4")
+    with pytest.raises(UserError, match="not an ISA level; use one of x86-64-v2"):
+        cpu_model.restrict_features(V3_FEATURES, "avx9")
+
+
+@pytest.mark.parametrize(
+    ("features", "width", "registers", "level"),
+    [
+        ("+sse2,+sse4.2,+ssse3,-avx", 16, 16, "x86-64-v2"),
+        (V3_FEATURES, 32, 16, "x86-64-v3"),
+        ("+sse4.2,+ssse3,+avx2,+fma,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl", 64, 32, "x86-64-v4"),
+    ],
+)
+def test_description_follows_the_features(features: str, width: int, registers: int, level: str) -> None:
+    desc = cpu_model.describe("x86_64-unknown-linux-gnu", features)
+    assert (desc.vector_bytes, desc.vector_registers, desc.isa_level) == (width, registers, level)
+    assert desc.lanes("fp32") == width // 4 and desc.lanes("fp64") == width // 8
+
+
+def test_aarch64_description() -> None:
+    desc = cpu_model.describe(
+        "aarch64-unknown-linux-gnu",
+        "+neon,+fp-armv8,+sve",
+        identity=cpu_uarch.Identity("ARM", None, None, (0x41, 0xD40)),
+    )
+    assert (desc.vector_bytes, desc.vector_registers, desc.isa_level) == (16, 32, "sve")
+    assert desc.uarch is not None and desc.uarch.name == "Neoverse V1" and desc.fma_pipes == 4
+
+
+def test_register_tiles_fit_the_register_file() -> None:
+    # 28 accumulators + 2 B vectors + 1 broadcast on 32 registers; 12 + 2 + 1 on 16 (BLIS's 6 x 16 on AVX2)
+    assert cpu_model.register_tile(32, chains=10) == (14, 2)
+    assert cpu_model.register_tile(16, chains=10) == (6, 2)
+    for registers in (8, 16, 32):
+        mr, nv = cpu_model.register_tile(registers, chains=10)
+        assert mr * nv + nv + 1 < registers
+
+
+def test_microarchitecture_table_and_identity() -> None:
+    zen2 = cpu_uarch.read_identity("vendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 49\n\nvendor_id : x\n")
+    assert (zen2.vendor, zen2.family, zen2.model) == ("AuthenticAMD", 23, 49)
+    arch = cpu_uarch.lookup(zen2)
+    assert arch is not None and arch.name == "Zen 2" and arch.pipes_for(256) == 2 and arch.fma_latency == 5
+    zen4 = cpu_uarch.lookup(cpu_uarch.Identity("AuthenticAMD", 25, 0x11))
+    assert zen4 is not None and zen4.pipes_for(512) == 1 and zen4.pipes_for(256) == 2
+    spr = cpu_uarch.lookup(cpu_uarch.Identity("GenuineIntel", 6, 0x8F))
+    assert spr is not None and spr.amx and spr.pipes_for(512) == 2
+    assert cpu_uarch.lookup(cpu_uarch.Identity("GenuineIntel", 6, 0x01)) is None
+    n1 = cpu_uarch.read_identity("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n")
+    assert cpu_uarch.lookup(n1) is not None and cpu_uarch.lookup(n1).name == "Neoverse N1"  # type: ignore[union-attr]
+
+
+def test_a_reported_model_that_contradicts_the_cpu_is_not_believed() -> None:
+    rocket = cpu_uarch.Identity("GenuineIntel", 6, 0xA7)  # what a hypervisor may report for a Sapphire Rapids
+    amx = "+avx2,+fma,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl,+amx-tile"
+    desc = cpu_model.describe("x86_64-unknown-linux-gnu", amx, identity=rocket)
+    assert desc.uarch is None and "lacks AMX, unlike this CPU" in desc.sources["fma"]
+    assert (desc.fma_latency, desc.fma_pipes) == (cpu_model.LATENCY_BOUND, cpu_model.PIPES_BOUND)
+    plain = cpu_model.describe("x86_64-unknown-linux-gnu", amx.replace("+amx-tile", "-amx-tile"), identity=rocket)
+    assert plain.uarch is not None and plain.uarch.name == "Rocket Lake" and plain.fma_pipes == 1
+
+
+def test_caches_from_sysfs(tmp_path) -> None:
+    for index, (level, kind, size) in enumerate(
+        [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "512K"), (3, "Unified", "16384K")]
+    ):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    caches = cpu_model.read_caches(tmp_path)
+    assert (caches.l1d, caches.l2, caches.llc) == (32 * 2**10, 512 * 2**10, 16 * 2**20)
+    assert cpu_model.read_caches(tmp_path / "missing").source.startswith("defaults")
+
+
+def test_env_variable_restricts_the_host_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cpu_model.ISA_ENV, "x86-64-v2")
+    if _host_level() == "x86-64":
+        pytest.skip("the host is below x86-64-v2")
+    target = host_target()
+    assert target.description.isa_level == "x86-64-v2" and target.description.restricted
+    assert target.vector_width("fp32") == 4 and "x86-64-v2" in target.name
+    monkeypatch.setenv(cpu_model.ISA_ENV, "x86-64-v9")
+    with pytest.raises(UserError, match="HWBENCH_CPU_ISA='x86-64-v9' is not an ISA level"):
+        host_target()
+
+
+# --- GEMM: tiles and blocking derived from the description, parity at every level ---------------
+
+ODD_SHAPES = [(1, 1, 1), (3, 5, 7), (17, 33, 65), (67, 45, 130), (133, 217, 259)]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+def test_gemm_parity_at_each_level(level: str, dtype: str) -> None:
+    from hwbench.kernels.gemm import llvm as gemm
+    from hwbench.kernels.gemm.spec import KERNEL
+    from hwbench.kernels.llvmir import cpu_launch
+    from hwbench.run.parity import check
+
+    target = level_target(level)
+    expected = (14, 2) if target.description.vector_registers == 32 else (6, 2)
+    assert gemm.register_tile(target, dtype) == expected
+    for m, n, k in ODD_SHAPES:
+        shape = {"M": m, "N": n, "K": k}
+        inputs = KERNEL.make_inputs(shape, dtype, seed=3)
+        ref = KERNEL.reference(inputs, shape)
+        space = gemm.tuning_space(target, dtype, shape)
+        assert space and space[0]["MR"] == expected[0]  # the derived configuration first
+        # the derived one, a blocking variant and another register tile
+        for config in (space[0], space[1 % len(space)], space[-1]):
+            plan = gemm.launch(shape, dtype, target, 2, config=config)
+            assert plan.config["derived_from"]["isa_level"].startswith(level)
+            kernel = cpu_launch.prepare(gemm.build, inputs, dtype, plan, 2, target)
+            kernel.run()
+            assert check(kernel.output, ref, KERNEL.tolerance(dtype, shape)).passed, (level, dtype, shape, config)
+
+
+def test_gemm_blocking_follows_the_caches() -> None:
+    from hwbench.kernels.gemm import llvm as gemm
+
+    target = level_target("x86-64-v3")
+    shape = {"M": 2048, "N": 2048, "K": 2048}
+    small = dataclasses.replace(target.description, caches=cpu_model.Caches(32 * 2**10, 512 * 2**10, 16 * 2**20, "t"))
+    large = dataclasses.replace(target.description, caches=cpu_model.Caches(48 * 2**10, 2 * 2**20, 64 * 2**20, "t"))
+    blocks = {}
+    for name, desc in (("small", small), ("large", large)):
+        target.description = desc
+        blocks[name] = gemm.derived_blocking("fp32", shape, target, 6, 2, 2)
+    mr, nr, size = 6, 16, 4
+    for name, desc in (("small", small), ("large", large)):
+        blk = blocks[name]
+        assert mr * blk["kc"] * size <= desc.caches.l1d / 2  # the A micro-panel in half of L1
+        assert blk["kc"] * blk["nc"] * size <= 0.75 * desc.caches.l2  # the packed B block in L2
+        assert blk["nc"] % nr == 0 and blk["mc"] % mr == 0
+    assert blocks["small"]["kc"] * blocks["small"]["nc"] < blocks["large"]["kc"] * blocks["large"]["nc"]
+
+
+def test_gemm_rejects_a_tile_or_block_the_workspace_cannot_hold() -> None:
+    from hwbench.kernels.gemm import llvm as gemm
+
+    target = host_target()
+    shape = {"M": 64, "N": 64, "K": 64}
+    with pytest.raises(ValueError, match="outside"):
+        gemm.launch(shape, "fp32", target, 1, config={"MR": 6, "NR_VECTORS": 2, "mc": 10**6, "nc": 32, "kc": 16})
+    with pytest.raises(ValueError, match="register tile"):
+        gemm.launch(shape, "fp32", target, 1, config={"MR": 99, "NR_VECTORS": 2})
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_attention_parity_at_each_level(level: str) -> None:
+    from hwbench.kernels.attention import llvm as attention
+    from hwbench.kernels.attention.spec import KERNEL as ATTENTION
+    from hwbench.run.parity import check
+
+    target = level_target(level)
+    for causal in (0, 1):
+        shape = {"batch": 1, "heads": 2, "seq_q": 37, "seq_k": 53, "head_dim": 24, "causal": causal}
+        inputs = ATTENTION.make_inputs(shape, "fp32", seed=2)
+        kernel = attention.prepare_cpu(inputs, shape, "fp32", threads=2, target=target)
+        kernel.run()
+        ref = ATTENTION.reference(inputs, shape)
+        assert check(np.asarray(kernel.output), ref, ATTENTION.tolerance("fp32", shape)).passed, (level, causal)
