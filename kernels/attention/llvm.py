@@ -58,7 +58,8 @@ from hwbench.kernels.llvmir.vecmath import exp as vexp
 DTYPES = ("fp32", "fp64")
 KERNEL = "attention"
 QV = 2  # query vectors per program
-BK = 12  # keys per block: BK * QV = 24 score accumulators in registers
+#: Vector registers the scoring loop leaves for the online softmax's temporaries (exp's terms).
+SOFTMAX_SPARE = 3
 D_MAX = 1024  # head_dim bound baked into the workspace
 
 
@@ -72,16 +73,23 @@ def simt_config(target: SIMTTarget, dtype: str, shape: Shape | None = None) -> d
     return simt.choose_config(target.limits, dtype, target.vector_width(dtype), head_dim)
 
 
-def tile_sizes(dtype: str, vector_width: int) -> dict[str, int]:
+def key_block(target: CPUTarget) -> int:
+    """Keys per block: the ``BK x QV`` score accumulators, the QV query vectors and a broadcast key
+    within the target's vector registers, less :data:`SOFTMAX_SPARE` (13 on AVX-512's 32, 5 on
+    AVX2's 16)."""
+    return max(1, (target.description.vector_registers - QV - 1 - SOFTMAX_SPARE) // QV)
+
+
+def tile_sizes(dtype: str, vector_width: int, bk: int) -> dict[str, int]:
     """Block shape (compile time) for a dtype and vector width."""
-    return {"BQ": QV * vector_width, "BK": BK, "VW": vector_width}
+    return {"BQ": QV * vector_width, "BK": bk, "VW": vector_width}
 
 
 class _Tile:
     """Per-program constants the phases share."""
 
-    def __init__(self, b: ir.IRBuilder, t: ir.Type, vw: int, d: ir.Value, qt: ir.Value, ot: ir.Value) -> None:
-        self.b, self.t, self.vw, self.d, self.qt, self.ot = b, t, vw, d, qt, ot
+    def __init__(self, b: ir.IRBuilder, t: ir.Type, vw: int, bk: int, d: ir.Value, qt: ir.Value, ot: ir.Value) -> None:
+        self.b, self.t, self.vw, self.bk, self.d, self.qt, self.ot = b, t, vw, bk, d, qt, ot
         self.bq = QV * vw
         self.vty = ir.VectorType(t, vw)
         self.vbytes = vw * elem_size(t)  # tile rows are whole vectors apart
@@ -110,13 +118,13 @@ def _scores(tl: _Tile, krows: list[ir.Value]) -> list[ir.Value]:
         base = b.mul(d, i64(tl.bq))
         qv = [load_vec(b, tl.qt, t, b.add(base, i64(v * vw)), vw, align=tl.vbytes) for v in range(QV)]
         out: list[ir.Value] = []
-        for j in range(BK):
+        for j in range(tl.bk):
             kj = splat(b, load(b, elem_ptr(b, krows[j], t, d), t), vw)
             out.extend(fma(b, kj, qv[v], acc[j * QV + v]) for v in range(QV))
         return out
 
     zero = ir.Constant(tl.vty, None)
-    return loop_carry(b, i64(0), tl.d, 1, [zero] * (BK * QV), step, name="sd")
+    return loop_carry(b, i64(0), tl.d, 1, [zero] * (tl.bk * QV), step, name="sd")
 
 
 def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value, causal: ir.Value) -> list[ir.Value]:
@@ -126,7 +134,7 @@ def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value
     is_causal = b.icmp_signed("!=", causal, i64(0))
     rows = [b.add(splat(b, i0, vw), const_vec(I64, [v * vw + lane for lane in range(vw)])) for v in range(QV)]
     out = []
-    for j in range(BK):
+    for j in range(tl.bk):
         key = b.add(j0, i64(j))
         key_ok = b.icmp_signed("<", key, sk)
         kv = splat(b, key, vw)
@@ -140,15 +148,15 @@ def _mask(tl: _Tile, s: list[ir.Value], j0: ir.Value, i0: ir.Value, sk: ir.Value
 def _online_softmax(tl: _Tile, s: list[ir.Value], m: list[ir.Value], lsum: list[ir.Value]):
     """New running max/sum, the rescale factor of the old O and P = exp(S - m)."""
     b = tl.b
-    m_new, alpha, l_new, p = [], [], [], [None] * (BK * QV)
+    m_new, alpha, l_new, p = [], [], [], [None] * (tl.bk * QV)
     for v in range(QV):
         mx = m[v]
-        for j in range(BK):
+        for j in range(tl.bk):
             mx = fmax(b, mx, s[j * QV + v])
         m_new.append(mx)
         alpha.append(vexp(b, b.fsub(m[v], mx)))
         total = b.fmul(lsum[v], alpha[v])
-        for j in range(BK):
+        for j in range(tl.bk):
             p[j * QV + v] = vexp(b, b.fsub(s[j * QV + v], mx))
             total = b.fadd(total, p[j * QV + v])
         l_new.append(total)
@@ -161,7 +169,7 @@ def _accumulate_pv(tl: _Tile, vrows: list[ir.Value], p: list[ir.Value], alpha: l
     with for_range(b, i64(0), tl.d, name="pvd") as d:
         base = b.mul(d, i64(tl.bq))
         o = [b.fmul(load_vec(b, tl.ot, t, b.add(base, i64(v * vw)), vw, align=tl.vbytes), alpha[v]) for v in range(QV)]
-        for j in range(BK):
+        for j in range(tl.bk):
             vj = splat(b, load(b, elem_ptr(b, vrows[j], t, d), t), vw)
             o = [fma(b, vj, p[j * QV + v], o[v]) for v in range(QV)]
         for v in range(QV):
@@ -197,13 +205,14 @@ def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) 
     t = scalar_type(dtype)
     vw = target.vector_width(dtype)
     bq = QV * vw
+    bk = key_block(target)
     d_max = D_MAX
     module = target.new_module(f"{KERNEL}_{dtype}")
 
     def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
         q, k, v, out, sq, sk, d, causal, scale = args
         b = ctx.builder
-        tl = _Tile(b, t, vw, d, ctx.local_array(t, d_max * bq), ctx.local_array(t, d_max * bq))
+        tl = _Tile(b, t, vw, bk, d, ctx.local_array(t, d_max * bq), ctx.local_array(t, d_max * bq))
         bh = ctx.program_id(1)
         i0 = b.mul(ctx.program_id(0), i64(bq))
         q_off, kv_off = b.mul(bh, b.mul(sq, d)), b.mul(bh, b.mul(sk, d))
@@ -216,14 +225,14 @@ def build(target: LLVMTarget, dtype: str, config: dict[str, int] | None = None) 
 
         def key_block(j0: ir.Value, state: list[ir.Value]) -> list[ir.Value]:
             m, lsum = state[:QV], state[QV:]
-            rows = [b.mul(imin(b, b.add(j0, i64(j)), last_key), d) for j in range(BK)]
+            rows = [b.mul(imin(b, b.add(j0, i64(j)), last_key), d) for j in range(tl.bk)]
             s = _scores(tl, [elem_ptr(b, kb, t, r) for r in rows])
             s = _mask(tl, s, j0, i0, sk, causal)
             m, lsum, alpha, p = _online_softmax(tl, s, m, lsum)
             _accumulate_pv(tl, [elem_ptr(b, vb, t, r) for r in rows], p, alpha)
             return m + lsum
 
-        state = loop_carry(b, i64(0), kend, BK, [neg_inf] * QV + [zero] * QV, key_block, name="kb")
+        state = loop_carry(b, i64(0), kend, bk, [neg_inf] * QV + [zero] * QV, key_block, name="kb")
         _store_out(tl, ctx, elem_ptr(b, out, t, q_off), i0, sq, state[QV:])
 
     target.define_kernel(module, KERNEL, [PTR, PTR, PTR, PTR, I64, I64, I64, I64, t], body)
@@ -252,7 +261,8 @@ def launch(
     args = (buffer("q"), buffer("k"), buffer("v"), output(), *(i64_arg(x) for x in (sq, sk, d, causal)))
     args += (real(1.0 / math.sqrt(d), dtype),)
     record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "causal": causal}
-    record.update(max_head_dim=limit, **tile_sizes(dtype, vw))
+    record.update(max_head_dim=limit, **tile_sizes(dtype, vw, key_block(target)))
+    record["derived_from"] = target.description.as_config()
     return Launch(KERNEL, args, grid, (bsz, heads, sq, d), config=record, workers=workers)
 
 
