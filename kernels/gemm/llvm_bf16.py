@@ -27,7 +27,19 @@ from hwbench.kernels.gemm import llvm_panels as panels_mod
 from hwbench.kernels.gemm.llvm_lowp import interleave
 from hwbench.kernels.gemm.llvm_panels import Panels
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
-from hwbench.kernels.llvmir.irutil import F32, I32, I64, PTR, ceil_div, elem_ptr, fma, for_range, i64, imin, intrinsic
+from hwbench.kernels.llvmir.irutil import (
+    F32,
+    I32,
+    I64,
+    PTR,
+    ceil_div,
+    elem_ptr,
+    for_range,
+    i64,
+    imin,
+    intrinsic,
+    intrinsic_suffix,
+)
 from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
 
 KERNEL = "gemm"
@@ -85,7 +97,14 @@ def _dot(kind: str, vw: int) -> panels_mod.Dot:
             return b.call(intrinsic(b.module, DPBF16, acc.type, [acc.type, ity, ity]), [acc, a, bv])
 
         return dp
-    return lambda b, acc, a, bv: fma(b, a, bv, acc)
+
+    def muladd(b: ir.IRBuilder, acc: ir.Value, a: ir.Value, bv: ir.Value) -> ir.Value:
+        # llvm.fmuladd: an FMA where the target has one, else a multiply and an add (x86-64-v2,
+        # where llvm.fma would be a libm call); a bf16 product is exact in fp32 either way.
+        fn = intrinsic(b.module, f"llvm.fmuladd.{intrinsic_suffix(acc.type)}", acc.type, [acc.type] * 3)
+        return b.call(fn, [a, bv, acc])
+
+    return muladd
 
 
 def _combine_b(kind: str, nr: int) -> panels_mod.Combine:

@@ -76,11 +76,10 @@ def instruction(target: CPUTarget) -> str:
 
 
 def panels(target: CPUTarget) -> Panels:
-    """The int8 panels on ``target``: groups of 4 on ``vpdpbusd`` (accumulates in place), of 2 on
-    ``vpmaddwd`` (its product takes a register before it is added: one spare more)."""
+    """The int8 panels on ``target``: groups of 4 on ``vpdpbusd``, of 2 on ``vpmaddwd`` (whose
+    product, held before it is added, takes the tile's spare register)."""
     kind = instruction(target)
-    group, spare = (4, 1) if kind == "vnni" else (2, 2)
-    return panels_mod.derive(target, "int8", (path(target), SCHEMES[kind]), group, KC_MAX, spare=spare)
+    return panels_mod.derive(target, "int8", (path(target), SCHEMES[kind]), 4 if kind == "vnni" else 2, KC_MAX)
 
 
 def lanes(target: CPUTarget) -> int:

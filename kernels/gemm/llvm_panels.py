@@ -59,6 +59,8 @@ ELEMENT_BYTES = 4
 L1_SHARE, L2_B_SHARE, L2_A_SHARE = 0.75, 0.5, 0.25
 #: kc is a multiple of this many k values (of every group).
 KC_ALIGN = 16
+#: The workspace holds at most this many micro-panels of A and columns of B.
+MAX_MC_ROWS, MAX_NC = 64, 2048
 
 #: ``dot(b, acc, a, bv)``: the accumulator vector plus one broadcast A element times a B vector.
 Dot = Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]
@@ -109,16 +111,14 @@ def derive(
 ) -> Panels:
     """The panels of ``dtype`` on ``target`` for ``path`` (name, scheme): the register tile from
     :func:`.cpu_model.register_tile` on the target's vector registers less ``spare`` (a product
-    held before it is added takes one) and its FMA chains; the workspace bounds from the caches'
-    blocking."""
+    held before it is added takes one) and its FMA chains."""
     desc = target.description
     mr, nv = cpu_model.register_tile(desc.vector_registers, desc.chains, spare=spare)
     how = f"cpu_model.register_tile({desc.vector_registers} registers, {desc.chains} chains, spare {spare})"
     vw = desc.vector_bytes // ELEMENT_BYTES
     derived = dict(desc.as_config(), register_tile=how)
-    geometry = Panels(dtype, path[0], path[1], mr, nv, vw, group, {}, derived)
-    kc, nc, mc = cache_blocks(geometry, target, kc_max)
-    max_block = {"mc": max(mc, 32 * mr) // mr * mr, "nc": max(1024, nc) // geometry.nr * geometry.nr, "kc": kc_max}
+    # Caps of the workspace, not choices: the tile's alone, so the same code serves any caches.
+    max_block = {"mc": MAX_MC_ROWS * mr, "nc": MAX_NC // (nv * vw) * nv * vw, "kc": kc_max}
     return Panels(dtype, path[0], path[1], mr, nv, vw, group, max_block, derived)
 
 
