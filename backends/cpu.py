@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from hwbench.core.host import (
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
 from hwbench.kernels.llvmir.evict import evict_method, held_regions, line_evictor
+
+if TYPE_CHECKING:
+    from hwbench.kernels.llvmir.target import CPUTarget
 
 #: dtypes of the llvmlite kernels' CPU (SIMD program) lowering; the 16-bit ones are SIMT-only,
 #: except where :data:`CPU_LLVM_MORE` names a kernel's own dot-product kernels.
@@ -111,6 +114,37 @@ def _vendor() -> str:
     return "unknown"
 
 
+#: How much more thoroughly a re-measurement runs: rounds and the length of each timed call.
+REMEASURE = (3, 2.0)
+
+
+def measured_peak(target: CPUTarget, thorough: bool = False) -> tuple[Peak, dict[str, Any]]:
+    """The fp32/fp64 and dot-product peaks of ``target`` (a ``CPUTarget``) and the device facts
+    they came from; ``thorough``: :data:`REMEASURE`. Needs llvmlite."""
+    # The peak modules import llvmlite, which is optional: imported only once it is known to be there.
+    from hwbench.backends.cpu_dot_peak import ROUNDS as DOT_ROUNDS
+    from hwbench.backends.cpu_dot_peak import measure_dot_peaks  # needs llvmlite (see above)
+    from hwbench.backends.cpu_peak import ROUNDS, measure_peak  # needs llvmlite (see above)
+
+    scale, length = REMEASURE if thorough else (1, 1.0)
+    measured = measure_peak(target, rounds=ROUNDS * scale, length=length)
+    facts: dict[str, Any] = {
+        "clock_ghz": measured.clock_ghz,
+        "fma_units": measured.fma_units,
+        "fma_per_cycle_measured": measured.fma_per_cycle_measured,
+        "fma_chains": measured.chains,
+        "fma_table_agrees": measured.table_agrees,
+    }
+    peaks, method = dict(measured.tflops), measured.method
+    try:
+        dots = measure_dot_peaks(target, measured.clock_ghz * 1e9, peaks["fp32"], DOT_ROUNDS * scale, length)
+    except Exception as exc:  # the fp32 and fp64 peaks stand without them
+        return Peak(peaks, f"{method}; int8 and bf16 peaks not measured: {exc}"), facts
+    peaks.update(dots.tops)
+    facts["dot_per_cycle"] = {name: {"measured": m, "counted": c} for name, (m, c) in dots.measured.items()}
+    return Peak(peaks, f"{method}; {dots.method}" if dots.method else method), facts
+
+
 class CPUBackend(Backend):
     """Kernels on the host's cores: llvmlite (portable) against NumPy/OpenBLAS and torch (native)."""
 
@@ -152,31 +186,45 @@ class CPUBackend(Backend):
 
     def _llvm_facts(self, info: dict[str, Any], extra: dict[str, Any]) -> tuple[str, Peak | None, dict[str, Any]]:
         # These modules import llvmlite, which is optional: imported only once it is known to be there.
-        from hwbench.backends.cpu_dot_peak import measure_dot_peaks
-        from hwbench.backends.cpu_peak import measure_peak  # needs llvmlite (see above)
-        from hwbench.kernels.llvmir.target import CPUTarget  # needs llvmlite (see above)
+        from hwbench.kernels.llvmir.target import CPUTarget, host_target
 
-        target = CPUTarget()
-        lanes = target.vector_width("fp32")
-        isa = next((f for f in ("avx512f", "avx2", "avx", "asimd", "neon") if f in info["features"]), "scalar")
-        extra = {**extra, "llvm_cpu": target.cpu_name, "vector_bits": lanes * 32, "cache_bytes": largest_cache_bytes()}
+        target, host = host_target(), CPUTarget()
+        description = target.description
+        extra = {
+            **extra,
+            "llvm_cpu": target.cpu_name,
+            "vector_bits": description.vector_bytes * 8,
+            "isa_level": description.isa_level,
+            "cache_bytes": largest_cache_bytes(),
+        }
         try:
-            measured = measure_peak(info["cores"], lanes, isa)
+            # A vendor library keeps its own ISA: the device's peak is the host's, whatever level is emulated.
+            peak, facts = measured_peak(host)
         except Exception as exc:  # a peak we cannot measure is reported as missing, with why
             return target.cpu_name, None, {**extra, "peak_error": str(exc)}
-        extra.update(
-            clock_ghz=measured.clock_ghz,
-            fma_units=measured.fma_units,
-            fma_per_cycle_measured=measured.fma_per_cycle_measured,
-        )
-        peaks, method = dict(measured.tflops), measured.method
-        try:
-            dots = measure_dot_peaks(info["cores"], measured.clock_ghz * 1e9, target.features)
-        except Exception as exc:  # the fp32 and fp64 peaks stand without them
-            return target.cpu_name, Peak(peaks, f"{method}; int8 and bf16 peaks not measured: {exc}"), extra
-        peaks.update(dots.tops)
-        extra["dot_per_cycle"] = {name: {"measured": m, "counted": c} for name, (m, c) in dots.measured.items()}
-        return target.cpu_name, Peak(peaks, f"{method}; {dots.method}" if dots.method else method), extra
+        extra.update(facts)
+        if target.features != host.features:
+            extra["isa_level"] = f"{description.isa_level} (emulated; the host is {host.description.isa_level})"
+            try:
+                portable, _ = measured_peak(target)
+                level = description.isa_level
+                extra["portable_peak"] = {
+                    "tflops": dict(portable.tflops),
+                    "method": portable.method,
+                    "isa_level": level,
+                }
+            except Exception as exc:  # the portable kernels are then gated against the host's peak
+                extra["portable_peak_error"] = str(exc)
+        return target.cpu_name, peak, extra
+
+    def remeasure_peak(self, device: DeviceInfo) -> Peak | None:
+        """The host's peak measured again, :data:`REMEASURE` times as thoroughly (more rounds,
+        longer calls), for a vendor library's record above the first measurement."""
+        if not present("llvmlite"):
+            return None
+        from hwbench.kernels.llvmir.target import CPUTarget  # needs llvmlite (see above)
+
+        return measured_peak(CPUTarget(), thorough=True)[0]
 
     def implementations(self, kernel: str) -> list[Implementation]:
         """The kernel's implementations, its llvmlite sources narrowed to the SIMD kernels' dtypes;

@@ -28,6 +28,7 @@ EXIT_INTERRUPTED = 130
 COMMANDS: dict[str, str] = {
     "list": "hwbench.cli.list",
     "run": "hwbench.cli.run",
+    "tune": "hwbench.cli.tune",
     "burn": "hwbench.cli.burn",
     "show": "hwbench.cli.show",
     "validate": "hwbench.cli.validate",

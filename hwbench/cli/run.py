@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
 from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
+from hwbench.cli.tune import add_run_tune, run_tune_budget
 from hwbench.collective.run import run_collective
 from hwbench.collective.sizes import parse_sizes, sizes_to_counts
 from hwbench.collective.torchrun import follow_if_joined, set_ranks
@@ -106,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"seconds of --search per device, shared by its implementations and dtypes (default: "
         f"{BUDGET_S['cpu']:g} on a CPU, {BUDGET_S['gpu']:g} on a GPU)",
     )
+    add_run_tune(what)
     how = parser.add_argument_group("how to measure")
     how.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per case (default 300)")
     how.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case (default: by profile)")
@@ -298,6 +300,7 @@ def main(args: argparse.Namespace) -> int:
         command=["hwbench", *sys.argv[1:]],
         search=_search(args, kernels),
         kernels_by_default=not (args.kernel or shapes or args.search),
+        tune_s=run_tune_budget(args),
     )
     all_shapes = set_ranks({k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}, args.ranks)
     _check_memory({k: all_shapes[k] for k in shapes}, dtypes)  # the user's shapes, at their ranks

@@ -21,6 +21,7 @@ from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.search import SearchPlan, run_search
 from hwbench.run.signals import StopSignals
 from hwbench.run.timing import TimingConfig
+from hwbench.run.tune import portable_cases, tune_cases
 from hwbench.run.worker import Worker, WorkerDied
 
 #: Seconds allowed for describing the host and each backend, at least (a backend's first
@@ -48,6 +49,8 @@ class Plan:
     #: The kernels are hwbench's default selection, not the user's: one that only some backends
     #: implement is left out where none of them is available (:func:`runnable_kernels`).
     kernels_by_default: bool = False
+    #: Seconds of tuning per device before the cases run (``run --tune``); None: no tuning.
+    tune_s: float | None = None
 
 
 #: Runs the cases of kernels that span ranks: records, whether interrupted, run-level facts.
@@ -347,11 +350,14 @@ def execute(
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
         spanning = [c for c in cases if get_kernel(c.kernel).spans_ranks]  # several processes: their own path
         cases = [c for c in cases if not get_kernel(c.kernel).spans_ranks]
-        if plan.search is not None:
+        if plan.tune_s is not None:  # the cases' configurations tuned first: their records use them
+            tuned, interrupted = tune_cases(portable_cases(cases, backends), plan.tune_s)
+            doc["tuning"] = [t.summary() for t in tuned]
+        if plan.search is not None and not interrupted:
             records, interrupted, doc["search"] = run_search(
                 cases, backends, plan.search, _numbered(worker, plan.timeout_s, progress, backends)
             )
-        else:
+        elif not interrupted:
             records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
         if spanning and not interrupted:
             if collective is None:

@@ -1,0 +1,267 @@
+"""Per-device autotuning: every candidate of a portable case's configuration space timed on its
+device within a budget, checked against float64 before and after its timed calls, and the
+fastest kept in the tuning cache (:mod:`hwbench.core.tuning`) for later runs.
+
+Here in ``run`` because it is the case pipeline's work (resolve, inputs and reference, prepare,
+parity, timing: :class:`~hwbench.run.case.Pipeline`) and the runner calls it for ``run --tune``;
+``hwbench tune`` drives it as well. A backend offers a space through ``tuning_space(impl,
+kernel, shape, dtype, device) -> Space | None`` (its first candidate the derived configuration)
+and runs one candidate through ``prepare(..., config=candidate)``; a backend without them, a
+native or a source without a space is ``untunable``, said with why.
+
+The budget is seconds per device, shared by that device's cases in turn: each case gets what is
+left divided by the cases left, so what one leaves over goes to the next. Within a case a
+candidate starts only when the time it is expected to take (the slowest candidate so far, or
+for the first one its timed calls three times over) still fits; the device's total may pass its
+budget by at most one candidate's misestimate. The cases run in this process, not the worker
+(whose requests are whole cases): a candidate that crashes ends the command.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwbench.core.errors import NotApplicable
+from hwbench.core.records import now
+from hwbench.core.tuning import Entry, Space, TuningStore, shape_class
+from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseSkipped, Pipeline, error_line
+from hwbench.run.stats import summarize
+from hwbench.run.timing import TimingConfig
+
+#: Seconds of tuning per device when no budget is given (``run --tune``, ``hwbench tune``).
+TUNE_BUDGET_S = 60.0
+#: Seconds of timed calls per candidate, at least and at most (the budget decides between them).
+CANDIDATE_S = (0.02, 0.3)
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One candidate: its configuration and median, or why it was dropped."""
+
+    config: dict[str, Any]
+    median_s: float | None
+    reason: str = ""
+    wall_s: float = 0.0
+
+
+@dataclass
+class CaseTuning:
+    """What tuning one case did. ``status``: ``tuned`` (an entry was filed), ``untunable`` (no
+    space), ``skipped`` (the case cannot run here), ``unfit`` (its share of the budget fits no
+    candidate) or ``failed`` (no candidate passed parity, or the space could not be listed)."""
+
+    request: CaseRequest
+    status: str
+    reason: str = ""
+    of: int = 0
+    tried: list[Tried] = field(default_factory=list)
+    budget_s: float = 0.0
+    spent_s: float = 0.0
+    entry: Entry | None = None
+
+    @property
+    def timed(self) -> list[Tried]:
+        """The candidates that passed parity and were timed."""
+        return [t for t in self.tried if t.median_s is not None]
+
+    @property
+    def dropped(self) -> list[Tried]:
+        """The candidates dropped (wrong results, refused, failed), each with why."""
+        return [t for t in self.tried if t.median_s is None]
+
+    def summary(self) -> dict[str, Any]:
+        """The case as a results document's ``tuning`` item (and ``hwbench tune --json``)."""
+        r = self.request
+        entry = self.entry
+        return {
+            "backend": r.backend,
+            "device_index": r.device_index,
+            "kernel": r.kernel,
+            "impl": r.impl,
+            "dtype": r.dtype,
+            "shape": dict(r.shape),
+            "status": self.status,
+            "reason": self.reason,
+            "candidates": len(self.tried),
+            "of": self.of,
+            "dropped": [{"config": t.config, "reason": t.reason} for t in self.dropped],
+            "budget_s": round(self.budget_s, 3),
+            "spent_s": round(self.spent_s, 3),
+            "config": None if entry is None else entry.config,
+            "median_s": None if entry is None else entry.median_s,
+            "derived_median_s": None if entry is None else entry.derived_median_s,
+            "speedup_vs_derived": None if entry is None else entry.speedup(),
+        }
+
+
+def candidate_timing(budget_s: float, candidates: int) -> TimingConfig:
+    """Timed calls of one candidate: about a third of its share of the case's budget, within
+    :data:`CANDIDATE_S`; flushed as a run's are; no energy windows."""
+    each = min(max(budget_s / max(candidates, 1) / 3, CANDIDATE_S[0]), CANDIDATE_S[1])
+    return TimingConfig(warmup_s=each / 5, budget_s=each, min_samples=5, max_samples=200, target_cv=0.02, energy_s=0.0)
+
+
+def time_candidate(pipeline: Pipeline, case: Case, config: dict[str, Any], timing: TimingConfig) -> Tried:
+    """Prepare ``case`` in ``config``, check its first output, time it, check it again."""
+    start = time.perf_counter()
+
+    def dropped(why: str) -> Tried:
+        return Tried(config, None, why, time.perf_counter() - start)
+
+    inputs = pipeline.inputs(case)
+    try:
+        prepare: Any = case.backend.prepare  # a tunable backend's prepare takes a candidate
+        prepared = prepare(case.impl, case.kernel, inputs, case.shape, case.dtype, case.device, config=config)
+    except NotApplicable as exc:
+        return dropped(f"not applicable: {exc}")
+    except Exception as exc:
+        return dropped(f"preparing failed: {error_line(exc)}")
+    try:
+        _, why = pipeline.parity(case, pipeline.first_output(prepared))
+        if why:
+            return dropped(f"wrong result: {why}")
+        cleared = pipeline.clear(prepared)
+        samples = pipeline.time(case, prepared, timing).samples
+        _, why = pipeline.recheck(case, prepared, cleared)
+    except CaseFailed as fail:
+        return dropped(fail.reason)
+    if why:
+        return dropped(why)
+    return Tried(config, summarize(samples).median, "", time.perf_counter() - start)
+
+
+def _space(case: Case) -> Space | str:
+    """The case's space, or why it has none (a string)."""
+    offer = getattr(case.backend, "tuning_space", None)
+    if case.impl.kind == "native":
+        return "a native library chooses its own configuration"
+    if offer is None:
+        return f"the {case.backend.name} backend offers no tuning space"
+    space: Space | None = offer(case.impl, case.kernel, case.shape, case.dtype, case.device)
+    if space is None or not space.candidates:
+        return (
+            space.note if space is not None else ""
+        ) or f"{case.impl.name} has no tuning space on {case.backend.name}"
+    return space
+
+
+def tune_case(
+    pipeline: Pipeline,
+    request: CaseRequest,
+    budget_s: float,
+    device_budget_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    store: TuningStore | None = None,
+) -> CaseTuning:
+    """Tune one case within ``budget_s`` and file the fastest candidate that passed parity (the
+    entry says ``device_budget_s``, the budget the user gave the device)."""
+    start = clock()
+    result = CaseTuning(request, "failed", budget_s=budget_s)
+    try:
+        case = pipeline.resolve(request, probe=True)
+        space = _space(case)
+        if isinstance(space, str):
+            result.status, result.reason = "untunable", space
+            return result
+        pipeline.reference(case)
+    except (CaseSkipped, NotApplicable) as skip:
+        result.status, result.reason = "skipped", str(skip)
+        return result
+    except Exception as exc:
+        result.reason = f"listing its configurations failed: {error_line(exc)}"
+        return result
+    finally:
+        result.spent_s = clock() - start
+    result.of = len(space.candidates)
+    timing = candidate_timing(budget_s, result.of)
+    expected = 3 * (timing.budget_s + timing.warmup_s)
+    for config in space.candidates:
+        if clock() - start + expected > budget_s:
+            left = max(budget_s - (clock() - start), 0.0)
+            result.reason = f"{left:.2f} s of the case's {budget_s:.2f} s left; a candidate takes {expected:.2f} s"
+            break
+        began = clock()
+        result.tried.append(time_candidate(pipeline, case, dict(config), timing))
+        expected = max(expected if len(result.tried) > 1 else 0.0, clock() - began)
+    result.spent_s = clock() - start
+    return _finish(result, space, device_budget_s, store)
+
+
+def _finish(result: CaseTuning, space: Space, device_budget_s: float, store: TuningStore | None) -> CaseTuning:
+    """File the best candidate of ``result`` and say what happened."""
+    timed = result.timed
+    if not result.tried:
+        result.status = "unfit"
+        return result
+    if not timed:
+        result.status, result.reason = "failed", f"no candidate passed parity; the first: {result.tried[0].reason}"
+        return result
+    best = min(timed, key=lambda t: t.median_s or 0.0)
+    derived = result.tried[0]
+    assert best.median_s is not None
+    result.entry = Entry(
+        space.key,
+        best.config,
+        best.median_s,
+        derived.median_s,
+        now(),
+        device_budget_s,
+        len(result.tried),
+        result.of,
+        dict(result.request.shape),
+        len(result.dropped),
+        derived.config,
+    )
+    (store or TuningStore()).put(result.entry)
+    notes = [result.reason] if result.reason else []
+    if derived.median_s is None:
+        notes.append(f"the derived configuration was dropped: {derived.reason}")
+    result.status, result.reason = "tuned", "; ".join(notes)
+    return result
+
+
+Progress = Callable[[CaseTuning], None]
+
+
+def tune_cases(
+    requests: list[CaseRequest],
+    budget_s: float,
+    pipeline: Pipeline | None = None,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    store: TuningStore | None = None,
+) -> tuple[list[CaseTuning], bool]:
+    """Tune ``requests`` device by device, ``budget_s`` seconds per device shared by its cases in
+    turn; the results and whether Ctrl-C stopped it (each case's entry is filed when it ends, so
+    what was tuned is kept)."""
+    pipeline = pipeline or Pipeline()
+    devices: dict[tuple[str, int], dict[tuple[Any, ...], CaseRequest]] = {}
+    for r in requests:  # one case per shape class: a second would be filed under the same key
+        classed = (r.kernel, r.impl, r.dtype, tuple(shape_class(r.shape).items()))
+        devices.setdefault((r.backend, r.device_index), {}).setdefault(classed, r)
+    results: list[CaseTuning] = []
+    try:
+        for by_class in devices.values():
+            mine, start = list(by_class.values()), clock()
+            for number, request in enumerate(mine):
+                share = max(budget_s - (clock() - start), 0.0) / (len(mine) - number)
+                results.append(tune_case(pipeline, request, share, budget_s, clock, store))
+                if progress is not None:
+                    progress(results[-1])
+    except KeyboardInterrupt:
+        return results, True
+    return results, False
+
+
+def portable_cases(requests: list[CaseRequest], backends: list[dict[str, Any]]) -> list[CaseRequest]:
+    """Of ``requests``, those of portable implementations (as the described ``backends`` list them)."""
+    kinds = {
+        (b["name"], kernel, impl["name"]): impl["kind"]
+        for b in backends
+        for kernel, impls in b.get("implementations", {}).items()
+        for impl in impls
+    }
+    return [r for r in requests if kinds.get((r.backend, r.kernel, r.impl)) == "portable"]
