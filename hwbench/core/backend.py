@@ -287,3 +287,8 @@ class Backend(ABC):
     def environment(self) -> dict[str, Any]:
         """Versions and settings of this backend's software stack, for run metadata."""
         return {}
+
+    def remeasure_peak(self, device: DeviceInfo) -> Peak | None:
+        """The device's peak measured again, more thoroughly, before a vendor library's record above
+        the peak it reported is refused; None where the backend cannot (its peak stands)."""
+        return None
