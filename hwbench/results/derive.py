@@ -35,9 +35,21 @@ class Reference(Protocol):
     def device_price(self, name: str) -> Any: ...
 
 
-def _peak(device: dict[str, Any] | None, dtype: str, reference: Reference) -> tuple[float | None, str | None]:
+def _peak(
+    device: dict[str, Any] | None, dtype: str, reference: Reference, native: bool = True
+) -> tuple[float | None, str | None]:
+    """The device's ``dtype`` peak and its source; for a kernel that is not a vendor library's
+    (``native`` False) on a CPU whose ISA level is emulated, the emulated level's (``portable_peak``):
+    a library keeps the host's own ISA, hwbench's kernels are compiled for the level."""
     if device is None:
         return None, None
+    portable = (device.get("extra") or {}).get("portable_peak") or {}
+    if not native and isinstance(portable.get("tflops"), dict) and dtype in portable["tflops"]:
+        value = portable["tflops"][dtype]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise Unusable("runtime_error", f"the emulated level's {dtype} peak is not a number: no share of peak")
+        level = portable.get("isa_level") or "the emulated ISA level"
+        return float(value), f"the portable kernels' peak at {level}: {portable.get('method') or 'measured'}"
     own = device.get("peak") or {}
     if (own.get("tflops") or {}).get(dtype, 0.0) is None:  # NaN or infinite when the worker sent it
         raise Unusable("runtime_error", f"the backend reports a {dtype} peak that is not a number: no share of peak")
@@ -90,7 +102,8 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
         raise Unusable("runtime_error", f"median time {median!r} s is not a positive number of seconds")
     kernel = get_kernel(record["kernel"])
     achieved = metrics.tflops(kernel.flops(record["shape"]), median)
-    peak, peak_source = _peak(device, record["dtype"], reference)
+    native = record.get("impl_kind") == "native"
+    peak, peak_source = _peak(device, record["dtype"], reference, native)
     if peak is not None and not (math.isfinite(peak) and peak > 0):
         why = f"the device's {record['dtype']} peak is {peak!r} TFLOPS ({peak_source}): not a figure to divide by"
         raise Unusable("runtime_error", why)
@@ -99,7 +112,11 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
     elif peak is None:
         check = f"not checked: no {record['dtype']} peak known for this device"
     else:
-        reason = metrics.implausible(achieved, peak, record["dtype"], peak_source)
+        if native:
+            remeasured = bool(((device or {}).get("extra") or {}).get("peak_remeasured"))
+            reason = metrics.implausible_native(achieved, peak, record["dtype"], peak_source, remeasured)
+        else:
+            reason = metrics.implausible(achieved, peak, record["dtype"], peak_source)
         if reason:
             raise Unusable("implausible", reason)
         check = f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the {record['dtype']} peak"

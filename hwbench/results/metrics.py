@@ -64,6 +64,20 @@ def implausible(achieved_tflops: float, peak_tflops: float, dtype: str, peak_sou
     return above_ceiling(achieved_tflops, peak_tflops, "TFLOPS", f"the device's {dtype} peak", peak_source, why)
 
 
+def implausible_native(
+    achieved_tflops: float, peak_tflops: float, dtype: str, peak_source: str | None, remeasured: bool
+) -> str | None:
+    """Why a vendor library's ``achieved_tflops`` cannot stand against a ``dtype`` peak of
+    ``peak_tflops`` (None when it can): both possibilities, since a library is as likely to show a
+    measured peak wrong as to skip work; ``remeasured`` says whether the peak was measured again."""
+    again = "re-measured before refusing and still below it" if remeasured else "not re-measured"
+    why = (
+        f"either the device's peak is wrong (it was {again}; how it was measured is in parentheses) or the "
+        "library's timed calls did not do the work counted"
+    )
+    return above_ceiling(achieved_tflops, peak_tflops, "TFLOPS", f"the device's {dtype} peak", peak_source, why)
+
+
 def implausible_bandwidth(achieved_gbps: float, peak_gbps: float, peak_source: str | None) -> str | None:
     """Why ``achieved_gbps`` from memory cannot be true on a device of ``peak_gbps`` (None when it can)."""
     why = "the arrays are past its last-level cache, so the timed calls did not move the bytes counted"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from hwbench.core.backend import DeviceInfo, Implementation
+from hwbench.core.backend import Backend, DeviceInfo, Implementation, Peak
 from hwbench.core.host import describe_host as describe_host  # re-exported: the worker answers with it
 from hwbench.core.registry import get_backend, implementations, kernel_targets
 from hwbench.run.case import error_line
@@ -17,12 +17,20 @@ def device_dict(device: DeviceInfo) -> dict[str, Any]:
     data["libraries"] = dict(device.libraries)
     data["extra"] = dict(device.extra)
     if device.peak is not None:
-        data["peak"] = {
-            "tflops": dict(device.peak.tflops),
-            "method": device.peak.method,
-            "mem_gbps": device.peak.mem_gbps,
-        }
+        data["peak"] = peak_dict(device.peak)
     return data
+
+
+def peak_dict(peak: Peak) -> dict[str, Any]:
+    """A device's peak as it appears in results files."""
+    return {"tflops": dict(peak.tflops), "method": peak.method, "mem_gbps": peak.mem_gbps}
+
+
+def remeasured_peak(backend: Backend, device: DeviceInfo) -> dict[str, Any]:
+    """The answer of the worker's ``remeasure_peak`` request: the device's peak measured again
+    (``{"peak": None}`` where its backend cannot)."""
+    peak = backend.remeasure_peak(device)
+    return {"peak": peak_dict(peak) if peak is not None else None}
 
 
 def impl_dict(impl: Implementation) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 The runner asks the worker to describe each backend, lays out the matrix of cases, runs
 each in the worker (one record per case, whatever happens), hands the cases of kernels
-that span ranks to the collective runner its caller gives, lets the caller finish the
+that span ranks to the collective runner its caller gives, has a device's peak re-measured
+where a vendor library's record is above it (:mod:`.peaks`), lets the caller finish the
 document (derived metrics) and returns it. Ctrl-C returns the records finished so far,
 marked incomplete.
 """
@@ -18,6 +19,7 @@ from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
 from hwbench.core.records import new_document, now
 from hwbench.run.case import CaseRequest, base_record, failed
+from hwbench.run.peaks import recheck_peaks
 from hwbench.run.search import SearchPlan, run_search
 from hwbench.run.signals import StopSignals
 from hwbench.run.timing import TimingConfig
@@ -374,6 +376,8 @@ def execute(
                     spanning, backends, plan.timeout_s, progress, plan.dtypes
                 )
                 records += more
+        if not interrupted:  # while the worker (and the host it measured) is still there
+            recheck_peaks(doc, records, worker, max(plan.timeout_s, PROBE_TIMEOUT_S))
     except KeyboardInterrupt:
         worker.kill()
         interrupted = True

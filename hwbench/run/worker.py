@@ -22,8 +22,9 @@ import time
 from typing import Any
 
 from hwbench.core.records import finite
+from hwbench.core.registry import get_backend
 from hwbench.run.case import CaseRequest, CaseRunner, error_line
-from hwbench.run.describe import describe_backend, describe_host
+from hwbench.run.describe import describe_backend, describe_host, remeasured_peak
 
 #: Exit code a child uses for "asked to stop".
 _CLEAN_EXIT = 0
@@ -180,6 +181,10 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
             return describe_host()
         if op == "case":
             return {"record": runner.run(CaseRequest(**message["case"]))}
+        if op == "remeasure_peak":
+            backend = get_backend(message["backend"])
+            device = next(d for d in runner.devices(backend) if d.index == message["index"])
+            return remeasured_peak(backend, device)
         if op == "sensors":
             devices = [(d["backend"], d["device_index"], d.get("device")) for d in message["devices"]]
             return {"sensors": [runner.sensors.entry(*device) for device in devices]}
