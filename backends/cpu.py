@@ -30,6 +30,8 @@ from hwbench.core.host import (
 )
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.loading import load_callable
+from hwbench.core.tuning import Space, TuningKey, key_for
+from hwbench.core.tuning import chosen as tuning_choice
 from hwbench.kernels.llvmir.evict import evict_method, held_regions, line_evictor
 
 if TYPE_CHECKING:
@@ -102,6 +104,17 @@ class HostKernel(Prepared):
             return False
         output.fill(np.nan)
         return True
+
+
+def _tuning_key(impl: Implementation, shape: Shape, dtype: str, device: DeviceInfo, threads: int) -> TuningKey:
+    """A CPU case's tuning key: the device, llvmlite's and LLVM's versions, the cores the kernel
+    runs on and any ISA restriction (``HWBENCH_CPU_ISA``)."""
+    software = {
+        "llvmlite": package_version("llvmlite"),
+        "threads": threads,
+        "isa": os.environ.get("HWBENCH_CPU_ISA", ""),
+    }
+    return key_for(device, impl, dtype, shape, software, ("hwbench.kernels.llvmir",))
 
 
 def _vendor() -> str:
@@ -257,18 +270,48 @@ class CPUBackend(Backend):
         shape: Shape,
         dtype: str,
         device: DeviceInfo,
+        config: Mapping[str, Any] | None = None,
     ) -> Prepared:
+        """The case bound and compiled: a native's call, or the llvmlite kernel in ``config`` (a
+        candidate ``hwbench tune`` times), else the tuned entry of the case's key in the tuning
+        cache, else the configuration derived from the target; its record's ``config.tuning`` says which."""
         if impl.kind == "native":
-            call, config = load_callable(impl.entry)(inputs, shape, dtype)
-            return HostCall(call, config, inputs)
+            call, native_config = load_callable(impl.entry)(inputs, shape, dtype)
+            return HostCall(call, native_config, inputs)
         # The CPU launcher and the kernel's source import llvmlite, which is optional.
         from hwbench.kernels.llvmir import cpu_launch
         from hwbench.kernels.llvmir.target import host_target  # needs llvmlite (see above)
 
         source = importlib.import_module(impl.entry)
         target, threads = host_target(), cpu_launch.default_threads()
-        plan = source.launch(shape, dtype, target, threads)
-        return HostKernel(cpu_launch.prepare(source.build, inputs, dtype, plan, threads, target))
+        chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device, threads), config)
+        try:
+            plan = source.launch(shape, dtype, target, threads, **({} if chosen is None else {"config": chosen}))
+        except ValueError as exc:  # a tuned entry the kernel no longer takes: the derived one runs
+            if config is not None or chosen is None:
+                raise
+            plan, tuning = source.launch(shape, dtype, target, threads), {"source": "derived", "note": str(exc)}
+        prepared = HostKernel(cpu_launch.prepare(source.build, inputs, dtype, plan, threads, target))
+        prepared.config = {**prepared.config, "tuning": tuning}
+        return prepared
+
+    def tuning_space(
+        self, impl: Implementation, kernel: Kernel, shape: Shape, dtype: str, device: DeviceInfo
+    ) -> Space | None:
+        """What ``hwbench tune`` tries for an llvmlite case: its source's ``tuning_space`` for the
+        host target (the derived configuration first), under the case's key; None for a native."""
+        if impl.kind == "native":
+            return None
+        # The kernel's source and the host target import llvmlite, which is optional.
+        from hwbench.kernels.llvmir import cpu_launch
+        from hwbench.kernels.llvmir.target import host_target  # needs llvmlite (see above)
+
+        source = importlib.import_module(impl.entry)
+        key = _tuning_key(impl, shape, dtype, device, cpu_launch.default_threads())
+        if not hasattr(source, "tuning_space"):
+            return Space(key, [], f"{impl.name} has no tuning space on the CPU")
+        found = source.tuning_space(host_target(), dtype, shape)
+        return Space(key, [dict(c) for c in found], "" if found else f"no tunable {impl.name} {dtype} kernel here")
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
         return (RuntimeError,) if present("llvmlite") else ()
