@@ -180,3 +180,16 @@ def test_blocking_follows_the_described_caches() -> None:
     assert blk["kc"] <= kc and blk["kc"] % geo.group == 0 and blk["nc"] % geo.nr == 0
     config = _int8(small, shape)
     assert config["derived_from"]["l1d_bytes"] == caches.l1d and config["kc"] == blk["kc"]
+
+
+def test_int8_pairs_in_plain_vector_ir_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Off x86 the pairs are multiplied in plain IR; built here as if on another CPU. A distinct
+    # feature string keeps it apart from the vpmaddwd module of the same level in the JIT cache.
+    target = _target("x86-64-v3")
+    other = target_mod.CPUTarget(target.cpu_name, target.features + ",-avxvnni")
+    monkeypatch.setattr(llvm_lowp, "is_x86", lambda _target: False)
+    assert llvm_lowp.instruction(other) == "generic" and llvm_lowp.path(other) == "widening"
+    for m, n, k in ODD[:3]:
+        assert _int8(other, {"M": m, "N": n, "K": k})["instruction"] == "generic"
+    ends = {"A": np.full((3, 4095), -128, dtype=np.int8), "B": np.full((4095, 9), -128, dtype=np.int8)}
+    _int8(other, {"M": 3, "N": 9, "K": 4095}, ends)

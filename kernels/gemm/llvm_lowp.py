@@ -61,7 +61,8 @@ def _vnni(target: CPUTarget) -> bool:
     return bits == 256 and ("avxvnni" in enabled or {"avx512vnni", "avx512vl"} <= enabled)
 
 
-def _x86(target: CPUTarget) -> bool:
+def is_x86(target: CPUTarget) -> bool:
+    """Whether ``target`` is an x86 CPU (its ``pmaddwd`` intrinsics exist)."""
     return target.triple.startswith(("x86_64", "i686", "i386"))
 
 
@@ -72,7 +73,7 @@ def path(target: CPUTarget) -> str:
 
 def instruction(target: CPUTarget) -> str:
     """The dot product the code is built on: ``vnni``, ``vpmaddwd`` (x86) or ``generic``."""
-    return "vnni" if _vnni(target) else "vpmaddwd" if _x86(target) else "generic"
+    return "vnni" if _vnni(target) else "vpmaddwd" if is_x86(target) else "generic"
 
 
 def panels(target: CPUTarget) -> Panels:

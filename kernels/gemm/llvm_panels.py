@@ -197,7 +197,7 @@ def emit_micro(
         row = b.mul(g, i64(nr))
         bv = [load_vec(b, pb, elem, b.add(row, i64(v * vw)), vw, align=4 * vw) for v in range(nv)]
         arow = b.mul(g, i64(mr))
-        out = []
+        out: list[ir.Value] = []
         for r in range(mr):
             a = splat(b, load(b, elem_ptr(b, pa, elem, b.add(arow, i64(r))), elem, align=4), vw)
             out.extend(dot(b, acc[r * nv + v], a, bv[v]) for v in range(nv))
