@@ -211,3 +211,47 @@ def test_attention_parity_at_each_level(level: str) -> None:
         kernel.run()
         ref = ATTENTION.reference(inputs, shape)
         assert check(np.asarray(kernel.output), ref, ATTENTION.tolerance("fp32", shape)).passed, (level, causal)
+
+
+# --- the GEMM's k loop in registers: no spills at any level, nor on aarch64 -----------------------
+
+AARCH64 = "aarch64-unknown-linux-gnu"
+CROSS = {
+    "aarch64-neon": ("neoverse-n1", "+neon,+fp-armv8"),
+    "aarch64-sve": ("neoverse-v1", "+neon,+fp-armv8,+sve"),
+}
+
+
+def _cross_target(name: str) -> CPUTarget:
+    cpu, features = CROSS[name]
+    try:
+        return CPUTarget(cpu, features, triple=AARCH64)
+    except Exception as exc:  # an LLVM built without the AArch64 backend
+        pytest.skip(f"llvmlite cannot target {AARCH64}: {exc}")
+
+
+@pytest.mark.parametrize("level", [*LEVELS, *CROSS])
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+def test_gemm_k_loop_keeps_its_tile_in_registers(level: str, dtype: str) -> None:
+    from machine_code import assembly, hot_loop, multiply_adds, stack_traffic
+
+    from hwbench.kernels.gemm import llvm as gemm
+
+    target = _cross_target(level) if level in CROSS else level_target(level)
+    mr, nv = gemm.register_tile(target, dtype)
+    loop = hot_loop(assembly(gemm.build(target, dtype), target.triple, target.cpu_name, target.features))
+    # one FMA per accumulator and k step (SSE without FMA: a multiply and an add each)
+    per_step = mr * nv * (2 if target.description.isa_level == "x86-64-v2" else 1)
+    assert multiply_adds(loop) % per_step == 0 and multiply_adds(loop) >= per_step, loop
+    assert stack_traffic(loop) == [], f"the {level} {dtype} k loop spills: {stack_traffic(loop)}"
+
+
+def test_spills_are_seen() -> None:
+    """The check above can fail: a tile larger than the register file spills in its k loop."""
+    from machine_code import assembly, hot_loop, stack_traffic
+
+    from hwbench.kernels.gemm import llvm as gemm
+
+    target = level_target("x86-64-v3")
+    module = gemm.build(target, "fp32", {"MR": 14, "NR_VECTORS": 2})  # AVX-512's tile on 16 registers
+    assert stack_traffic(hot_loop(assembly(module, target.triple, target.cpu_name, target.features)))

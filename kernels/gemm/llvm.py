@@ -72,9 +72,11 @@ _MAX_KC = {"fp32": 1024, "fp64": 512}
 def register_tile(target: CPUTarget, dtype: str) -> tuple[int, int]:
     """``(MR, NR_VECTORS)`` for ``target``: the most accumulators its vector registers hold beside
     the B vectors and a broadcast, covering its FMA latency x pipes (:func:`.cpu_model.register_tile`);
-    14 x 2 on AVX-512's 32 registers, 6 x 2 on AVX2's or SSE's 16."""
+    14 x 2 on AVX-512's 32 registers, 6 x 2 on AVX2's or SSE's 16, 6 x 4 on NEON's 32 (A's values
+    four to a register for the by-element FMLA)."""
     desc = target.description
-    return cpu_model.register_tile(desc.vector_registers, desc.chains)
+    lanes = desc.lanes(dtype) if desc.lane_multiply_add else None
+    return cpu_model.register_tile(desc.vector_registers, desc.chains, a_lanes=lanes)
 
 
 def max_block(dtype: str, mr: int) -> dict[str, int]:

@@ -164,6 +164,9 @@ class CPUDescription:
     restricted: bool
     vector_bytes: int
     vector_registers: int
+    #: Whether a multiply-add takes one lane of a register as its scalar (AArch64's by-element FMLA):
+    #: a kernel's A values then sit several to a register instead of one broadcast.
+    lane_multiply_add: bool
     fma_latency: int
     fma_pipes: float
     caches: Caches
@@ -250,6 +253,7 @@ def describe(
         restricted=restricted,
         vector_bytes=vector_bytes,
         vector_registers=registers,
+        lane_multiply_add=arch in ("aarch64", "arm64"),
         fma_latency=latency,
         fma_pipes=pipes,
         caches=caches,
@@ -273,16 +277,25 @@ LOADS_PER_FMA = 0.75
 
 
 def register_tile(
-    registers: int, chains: int = 1, max_vectors: int = 4, spare: int = 1, loads_per_fma: float = LOADS_PER_FMA
+    registers: int,
+    chains: int = 1,
+    max_vectors: int = 4,
+    spare: int = 1,
+    loads_per_fma: float = LOADS_PER_FMA,
+    a_lanes: int | None = None,
 ) -> tuple[int, int]:
-    """``(MR, NR_VECTORS)`` of an outer-product microkernel: MR broadcast rows times NR_VECTORS
-    vectors of accumulators, plus NR_VECTORS loaded vectors and one broadcast, within ``registers``
-    less ``spare``. Among the tiles whose loads per FMA (``(MR + NR_VECTORS) / (MR * NR_VECTORS)``)
-    are within ``loads_per_fma`` and whose accumulators cover ``chains`` (FMA latency x pipes), the
-    most accumulators win, then the fewest loads per FMA."""
+    """``(MR, NR_VECTORS)`` of an outer-product microkernel: MR rows of A times NR_VECTORS vectors of
+    accumulators, plus NR_VECTORS loaded vectors of B and A's values, within ``registers`` less
+    ``spare``. A takes one broadcast register (x86), or, where the multiply-add takes a lane of a
+    register (``a_lanes`` per register: AArch64's by-element FMLA), ``ceil(MR / a_lanes)``.
+    Among the tiles whose loads per FMA (``(MR + NR_VECTORS) / (MR * NR_VECTORS)``) are within
+    ``loads_per_fma`` and whose accumulators cover ``chains`` (FMA latency x pipes), the most
+    accumulators win, then the fewest loads per FMA."""
     candidates = []
     for nv in range(1, max_vectors + 1):
         mr = (registers - spare - 1 - nv) // nv
+        while mr >= 1 and a_lanes and mr * nv + nv + -(-mr // a_lanes) + spare > registers:
+            mr -= 1
         if mr >= 1:
             acc, loads = mr * nv, (mr + nv) / (mr * nv)
             candidates.append(((loads <= loads_per_fma, acc >= chains, acc, -loads), (mr, nv)))

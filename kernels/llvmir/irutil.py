@@ -79,8 +79,10 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type
 
 
 def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """``a * b + c`` with a single rounding (``llvm.fma``)."""
-    fn = _intrinsic(builder.module, f"llvm.fma.{intrinsic_suffix(a.type)}", a.type, [a.type] * 3)
+    """``a * b + c``: one fused multiply-add where the target has one, else a multiply and an add
+    (``llvm.fmuladd``; ``llvm.fma`` on a CPU without FMA, x86-64-v2, is a call to libm's
+    software ``fma`` per element)."""
+    fn = _intrinsic(builder.module, f"llvm.fmuladd.{intrinsic_suffix(a.type)}", a.type, [a.type] * 3)
     return builder.call(fn, [a, b, c])
 
 

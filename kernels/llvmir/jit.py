@@ -66,7 +66,7 @@ class CompiledModule:
     def assembly(self) -> str:
         """Optimised machine code as assembly text (for inspection)."""
         if not self._optimised:  # the code was loaded, not compiled: optimise the IR now, as it was then
-            _optimise(self.llvm_module, self.target_machine, self.opt)
+            optimise(self.llvm_module, self.target_machine, self.opt)
             self._optimised = True
         return self.target_machine.emit_assembly(self.llvm_module)
 
@@ -91,7 +91,7 @@ def compile_module(
     mod = llvm.parse_assembly(text)
     mod.verify()
     if cached is None:
-        _optimise(mod, tm, opt)
+        optimise(mod, tm, opt)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.set_object_cache(
         notify_func=None if cached is not None else lambda _, obj: binary_cache.store("cpu", key, bytes(obj)),
@@ -111,11 +111,11 @@ def compile_module(
 
 @functools.cache
 def _pipeline_source() -> str:
-    """The source of :func:`_optimise`, part of every cache key (read once per process)."""
-    return inspect.getsource(_optimise)
+    """The source of :func:`optimise`, part of every cache key (read once per process)."""
+    return inspect.getsource(optimise)
 
 
-def _optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
+def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
     """The O``opt`` pipeline with loop and SLP vectorisation and loop unrolling."""
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
     pto.loop_vectorization = True

@@ -150,17 +150,27 @@ class CPUTarget(LLVMTarget):
 
     kind = "cpu"
 
-    def __init__(self, cpu_name: str | None = None, features: str | None = None, isa_level: str | None = None) -> None:
+    def __init__(
+        self,
+        cpu_name: str | None = None,
+        features: str | None = None,
+        isa_level: str | None = None,
+        triple: str | None = None,
+    ) -> None:
         """The host CPU (or ``cpu_name`` with LLVM ``features``), restricted to ``isa_level``
-        (:data:`~.cpu_model.X86_LEVELS`, ``neon``) where one is given."""
+        (:data:`~.cpu_model.X86_LEVELS`, ``neon``) where one is given; ``triple`` names another
+        CPU architecture to cross-compile for (its code is inspected, never run)."""
         import llvmlite.binding as llvm
 
         ensure_llvm_initialized()
+        if triple is not None:
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
         self.cpu_name = cpu_name or llvm.get_host_cpu_name()
         features = features if features is not None else llvm.get_host_cpu_features().flatten()
         self.isa_level = isa_level
         self.features = cpu_model.restrict_features(features, isa_level) if isa_level else features
-        self.triple = llvm.get_process_triple()
+        self.triple = triple or llvm.get_process_triple()
         tm = llvm.Target.from_triple(self.triple).create_target_machine(cpu=self.cpu_name, features=self.features)
         self.data_layout = str(tm.target_data)
         #: What every ISA-dependent choice of the CPU kernels is derived from.
