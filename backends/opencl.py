@@ -45,6 +45,8 @@ from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape, get_kernel
 from hwbench.core.loading import load_callable
 from hwbench.core.registry import get_backend
+from hwbench.core.tuning import Space, TuningKey, key_for
+from hwbench.core.tuning import chosen as tuning_choice
 from hwbench.kernels.llvmir.evict import evict_method, line_evictor
 
 _NEEDS_EXT = {"fp64": "cl_khr_fp64", "fp16": "cl_khr_fp16"}
@@ -242,16 +244,37 @@ class OpenCLBackend(Backend):
         shape: Shape,
         dtype: str,
         device: DeviceInfo,
+        config: Mapping[str, Any] | None = None,
     ) -> Prepared:
+        """The case on the device: a native, or the OpenCL C kernel in ``config`` (a candidate
+        ``hwbench tune`` times), else its tuned tile from the tuning cache, else the derived tile
+        (``config.tuning`` says which); llvmlite sources as SPIR-V in their derived configuration."""
         state = self._state(device)
         if impl.kind == "native":
             return launcher.native(state, load_callable(impl.entry), inputs, kernel.output_shape(shape), shape, dtype)
         source = importlib.import_module(impl.entry)
         if impl.language == "opencl-c":
-            plan = source.launch(shape, dtype, device.kind, lanes(device, dtype))
+            chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device), config)
+            extra = {} if chosen is None else {"config": chosen}
+            plan = source.launch(shape, dtype, device.kind, lanes(device, dtype), **extra)
             program, compile_s = launcher.build_opencl_c(state, kernel.package, source.SOURCE, dtype, plan.defines)
-            return launcher.launch(state, program, plan, inputs, dtype, compile_s)
+            prepared = launcher.launch(state, program, plan, inputs, dtype, compile_s)
+            prepared.config = {**prepared.config, "tuning": tuning}
+            return prepared
         return self._spirv_case(state, kernel, source, inputs, shape, dtype, device)
+
+    def tuning_space(
+        self, impl: Implementation, kernel: Kernel, shape: Shape, dtype: str, device: DeviceInfo
+    ) -> Space | None:
+        """What ``hwbench tune`` tries for an OpenCL C case: its bindings' tiles (the derived one
+        first); None for natives and llvmlite sources (their SPIR-V configurations are not tuned yet)."""
+        if impl.kind == "native" or impl.language != "opencl-c":
+            return None
+        source = importlib.import_module(impl.entry)
+        key = _tuning_key(impl, shape, dtype, device)
+        if not hasattr(source, "tuning_space"):
+            return Space(key, [], f"{impl.name} has no tuning space")
+        return Space(key, [dict(c) for c in source.tuning_space(device.kind, lanes(device, dtype), dtype, shape)])
 
     def _spirv_case(
         self,
@@ -317,6 +340,11 @@ class OpenCLBackend(Backend):
         except Exception:
             pass
         return env
+
+
+def _tuning_key(impl: Implementation, shape: Shape, dtype: str, device: DeviceInfo) -> TuningKey:
+    """An OpenCL case's tuning key: the device, its driver, and pyopencl's version."""
+    return key_for(device, impl, dtype, shape, {"pyopencl": package_version("pyopencl")}, ("hwbench.kernels",))
 
 
 def simt_limits(device: DeviceInfo) -> Any:

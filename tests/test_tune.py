@@ -257,3 +257,14 @@ def test_cpu_llvm_gemm_tuned_then_run_with_the_cached_configuration(fake: Path) 
     assert record["status"] == "ok", record["reason"]
     assert record["config"]["tuning"]["source"] == "tuned"
     assert {k: record["config"][k] for k in result.entry.config} == result.entry.config
+
+
+def test_the_opencl_c_gemm_space_starts_with_the_derived_tile_and_launches_each() -> None:
+    from hwbench.kernels.gemm import opencl
+
+    for kind, lanes in (("cpu", 8), ("cpu", 4), ("gpu", 4)):
+        space = opencl.tuning_space(kind, lanes, "fp32", SHAPE)
+        assert space[0] == opencl.tiles(kind, lanes) and len(space) == len({tuple(c.items()) for c in space}) > 4
+        for config in space:
+            plan = opencl.launch(SHAPE, "fp32", kind, lanes, config=config)
+            assert plan.defines == config and plan.local == (config["WG0"], 1)

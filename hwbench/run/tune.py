@@ -245,8 +245,14 @@ def tune_cases(
     results: list[CaseTuning] = []
     try:
         for by_class in devices.values():
-            mine, start = list(by_class.values()), clock()
+            start = clock()
+            # The cases without a space first (they return at once), so only those with one share the budget.
+            offered = {id(r): _offers(pipeline, r) for r in by_class.values()}
+            mine = sorted(by_class.values(), key=lambda r: offered[id(r)])
             for number, request in enumerate(mine):
+                if not offered[id(request)]:
+                    results.append(tune_case(pipeline, request, 0.0, budget_s, clock, store))
+                    continue
                 share = max(budget_s - (clock() - start), 0.0) / (len(mine) - number)
                 results.append(tune_case(pipeline, request, share, budget_s, clock, store))
                 if progress is not None:
@@ -254,6 +260,14 @@ def tune_cases(
     except KeyboardInterrupt:
         return results, True
     return results, False
+
+
+def _offers(pipeline: Pipeline, request: CaseRequest) -> bool:
+    """Whether ``request`` resolves here and its backend offers it a space."""
+    try:
+        return not isinstance(_space(pipeline.resolve(request, probe=True)), str)
+    except Exception:  # tune_case says what went wrong
+        return False
 
 
 def portable_cases(requests: list[CaseRequest], backends: list[dict[str, Any]]) -> list[CaseRequest]:
