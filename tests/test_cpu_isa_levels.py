@@ -5,9 +5,13 @@ host has (x86-64-v2: SSE4.2, 16 x 128-bit registers; v3: AVX2 + FMA, 16 x 256-bi
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
 
 import numpy as np
 import pytest
+from conftest import hwbench_cmd
 
 pytest.importorskip("llvmlite")
 
@@ -255,3 +259,47 @@ def test_spills_are_seen() -> None:
     target = level_target("x86-64-v3")
     module = gemm.build(target, "fp32", {"MR": 14, "NR_VECTORS": 2})  # AVX-512's tile on 16 registers
     assert stack_traffic(hot_loop(assembly(module, target.triple, target.cpu_name, target.features)))
+
+
+# --- a run at a smaller ISA level, as a user previews a smaller CPU -------------------------------
+
+
+def _cli(env_level: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(cpu_model.ISA_ENV, None)
+    if env_level is not None:
+        env[cpu_model.ISA_ENV] = env_level
+    return subprocess.run(hwbench_cmd(*args), capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("value", ["x86-64-v9", "neon-2"])
+def test_a_bad_isa_level_is_one_line_and_exit_2(value: str) -> None:
+    done = _cli(value, "list")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "HWBENCH_CPU_ISA" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_level_this_cpu_cannot_run_is_refused() -> None:
+    other = "neon" if host_target().triple.startswith("x86_64") else "x86-64-v3"
+    done = _cli(other, "list")
+    assert done.returncode == 2 and "HWBENCH_CPU_ISA" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_run_at_x86_64_v3_says_so_in_its_records(tmp_path) -> None:
+    level_target("x86-64-v3")
+    out = tmp_path / "v3.json"
+    done = _cli(
+        "x86-64-v3",
+        "run", "--backend", "cpu", "--kernel", "gemm", "--impl", "llvm,numpy", "--dtype", "fp32",
+        "--shape", "gemm:M=96,N=80,K=72", "--budget", "0.02", "-q", "-o", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    device = doc["backends"][0]["devices"][0] if doc["backends"][0]["name"] == "cpu" else None
+    assert device is not None and "x86-64-v3" in device["extra"]["isa_level"]
+    assert "portable_peak" in device["extra"]
+    records = {r["impl"]: r for r in doc["records"]}
+    assert records["llvm"]["status"] == "ok" and records["numpy"]["status"] == "ok"
+    derived = records["llvm"]["config"]["derived_from"]
+    assert derived["isa_level"] == "x86-64-v3 (restricted)" and derived["vector_bits"] == 256
+    assert (records["llvm"]["config"]["MR"], records["llvm"]["config"]["NR_VECTORS"]) == (6, 2)

@@ -14,8 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from hwbench import __version__
+from hwbench.core.backend import present
 from hwbench.core.errors import UserError
 from hwbench.core.text import printable
+from hwbench.kernels.llvmir import cpu_model
 from hwbench.run.signals import Stopped, exit_status
 
 #: Exit status when cases failed (compile_error, runtime_error, parity_failed, implausible, timeout,
@@ -73,6 +75,20 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def check_environment() -> None:
+    """Settings from the environment that every command obeys, checked before it starts:
+    ``HWBENCH_CPU_ISA`` must name an ISA level this CPU runs (UserError, exit 2, otherwise)."""
+    level = cpu_model.isa_level_from_env()
+    if level is None:
+        return
+    features = None
+    if present("llvmlite"):
+        import llvmlite.binding as llvm  # optional SDK: without it the level's name alone is checked
+
+        features = llvm.get_host_cpu_features().flatten()
+    cpu_model.check_level(level, features)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hwbench`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -82,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        check_environment()
         return int(importlib.import_module(COMMANDS[args.command]).main(args))
     except UserError as exc:
         print(f"hwbench: error: {printable(exc)}", file=sys.stderr)

@@ -89,6 +89,8 @@ def restrict_features(features: str, level: str) -> str:
     if level not in X86_LEVELS:
         known = ", ".join([*X86_LEVELS, *ARM_LEVELS])
         raise UserError(f"{ISA_ENV}={level!r} is not an ISA level; use one of {known} (or unset it)")
+    if "neon" in enabled or "fp-armv8" in enabled:
+        raise UserError(f"{ISA_ENV}={level}: this CPU is not an x86-64 CPU; use neon or sve")
     host = x86_level(enabled)
     order = ["x86-64", *X86_LEVELS]
     if order.index(host) < order.index(level):
@@ -269,6 +271,15 @@ def isa_level_from_env() -> str | None:
     """The ISA level ``HWBENCH_CPU_ISA`` asks for, or None."""
     value = os.environ.get(ISA_ENV, "").strip()
     return value or None
+
+
+def check_level(level: str, host_features: str | None) -> None:
+    """:class:`UserError` when ``level`` is not an ISA level, or (given the host's LLVM features)
+    one this CPU cannot run."""
+    if level not in X86_LEVELS and level not in ARM_LEVELS:
+        restrict_features("", level)  # raises, naming the levels
+    if host_features is not None:
+        restrict_features(host_features, level)
 
 
 #: Loads a microkernel may issue per FMA: cores load two vectors per cycle and run two FMAs, and a
