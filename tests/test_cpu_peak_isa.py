@@ -237,8 +237,10 @@ def test_a_native_above_the_peak_triggers_one_remeasure_and_names_both_possibili
     assert recheck_peaks(doc, doc["records"], worker, 60) == 1
     assert worker.requests == [{"op": "remeasure_peak", "backend": "cpu", "index": 0}]  # once per device
     cpu = doc["backends"][0]["devices"][0]
-    assert cpu["peak"]["tflops"] == {"fp32": 0.2}
-    assert cpu["peak"]["method"].startswith("re-measured, as numpy_gemm (gemm fp32) ran at 0.5243 TFLOPS")
+    assert cpu["peak"]["tflops"] == {"fp32": 0.2, "fp64": 0.05}  # fp64 not re-measured: its first figure
+    assert cpu["peak"]["method"].startswith(
+        "re-measured (the higher of two measurements kept), as numpy_gemm (gemm fp32) ran at 0.5243 TFLOPS"
+    )
     assert cpu["extra"]["peak_remeasured"]["first_tflops"] == {"fp32": 0.1, "fp64": 0.05}
     add_metrics(doc, Catalog.load())
     native, torch, portable = doc["records"]
@@ -249,6 +251,12 @@ def test_a_native_above_the_peak_triggers_one_remeasure_and_names_both_possibili
     )
     assert "or the library's timed calls did not do the work counted" in native["reason"]
     assert portable["status"] == "ok" and portable["metrics"]["pct_peak"] == pytest.approx(100 * 0.0524288 / 0.2)
+
+
+def test_a_lower_remeasurement_keeps_the_first_figure() -> None:
+    doc = _doc(_native(1e-6))
+    recheck_peaks(doc, doc["records"], _Worker(fp32=0.05), 60)  # a neighbour's load during the second
+    assert doc["backends"][0]["devices"][0]["peak"]["tflops"]["fp32"] == 0.1
 
 
 def test_a_native_the_remeasured_peak_covers_is_ok() -> None:

@@ -65,7 +65,15 @@ def recheck_peaks(doc: dict[str, Any], records: list[dict[str, Any]], worker: Wo
             f"measurement's {peak:.4g}"
         )
         old = dict(device["peak"].get("tflops") or {})
-        device["peak"] = {**answer["peak"], "method": f"re-measured, as {why}: {answer['peak']['method']}"}
+        # Contention only lowers a measured peak: each dtype keeps the higher of its two measurements.
+        new = dict(answer["peak"].get("tflops") or {})
+        kept = {d: max(v, old[d]) if isinstance(old.get(d), (int, float)) else v for d, v in new.items()}
+        kept.update({d: v for d, v in old.items() if d not in kept})
+        device["peak"] = {
+            **answer["peak"],
+            "tflops": kept,
+            "method": f"re-measured (the higher of two measurements kept), as {why}: {answer['peak']['method']}",
+        }
         device.setdefault("extra", {})["peak_remeasured"] = {"first_tflops": old, "why": why}
         remeasured += 1
     return remeasured
