@@ -219,12 +219,14 @@ class CPUBackend(Backend):
         if target.features != host.features:
             extra["isa_level"] = f"{description.isa_level} (emulated; the host is {host.description.isa_level})"
             try:
-                portable, _ = measured_peak(target)
+                portable, portable_facts = measured_peak(target)
                 level = description.isa_level
                 extra["portable_peak"] = {
                     "tflops": dict(portable.tflops),
                     "method": portable.method,
                     "isa_level": level,
+                    "vector_bits": description.vector_bytes * 8,
+                    **{k: v for k, v in portable_facts.items() if k != "dot_per_cycle"},
                 }
             except Exception as exc:  # the portable kernels are then gated against the host's peak
                 extra["portable_peak_error"] = str(exc)
