@@ -1,10 +1,11 @@
 """What the CUDA and ROCm backends share: torch's two GPU builds drive the device.
 
-Portable sources: Triton (each kernel's ``triton.py``; tuned at prepare time over the small
-per-architecture space its bindings give) and llvmlite lowered to PTX or AMDGCN
-(``hwbench.kernels.llvmir.gpu``; loaded by the vendor's module API). Timing uses device
-events with the device kept busy ahead of the start event (:class:`EventTimer`), so launch
-and host overhead are not counted; tuning times the same way, flushed. The flush writes a
+Portable sources: Triton (each kernel's ``triton.py``, prepared in ``torch_gpu_triton.py``: the
+candidate ``hwbench tune`` gives, else the tuned configuration from the tuning cache, else the
+derived one) and llvmlite lowered to PTX or AMDGCN (``hwbench.kernels.llvmir.gpu``; loaded by
+the vendor's module API, in its derived configuration). Timing uses device events with the
+device kept busy ahead of the start event (:class:`EventTimer`), so launch and host overhead
+are not counted. The flush writes a
 buffer twice the last-level cache before each timed call: the L2 torch reports or, where
 larger, the catalog's last-level cache (MI300X: 256 MB Infinity Cache behind 4 MB L2s).
 Vendor specifics (library versions, loading a code object) live in ``cuda.py`` and
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.backends import torch_gpu_lowp as lowp
+from hwbench.backends import torch_gpu_triton as triton_case
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import is_integer
@@ -34,11 +36,10 @@ from hwbench.core.host import package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.core.loading import load_callable
+from hwbench.core.tuning import Space
 from hwbench.decide.catalog import Catalog
 from hwbench.kernels.transfer.link import link_facts, read_link
 
-#: Seconds of timed calls per configuration when tuning a Triton kernel.
-TUNE_BUDGET_S = 0.05
 #: Spin cycles queued ahead of the start event at first (about 100 µs at 2 GHz).
 BUSY_CYCLES = 200_000
 #: The shortest and the longest spin ahead of one timed call, seconds.
@@ -320,36 +321,37 @@ class TorchGPUBackend(Backend):
         shape: Shape,
         dtype: str,
         device: DeviceInfo,
+        config: Mapping[str, Any] | None = None,
     ) -> Prepared:
+        """The case on the device: a native's call, a Triton kernel in ``config`` (a candidate
+        ``hwbench tune`` times), else its tuned entry, else its derived configuration (the record's
+        ``config.tuning`` says which), or an llvmlite kernel in its derived configuration."""
         import torch
 
+        if config is not None and (impl.kind == "native" or impl.language != "triton"):
+            raise ValueError(f"{impl.name} takes no configuration on {self.name}: only Triton kernels are tuned")
         torch.cuda.set_device(device.index)
         tensors, out = lowp.device_tensors(kernel, inputs, shape, dtype, device)  # fp8: scaled, with scales
         if impl.kind == "native":
             _set_fp32_precision(dtype)
-            call, config = load_callable(impl.entry)(tensors, out, shape, dtype)
-            return TorchPrepared(call, config, out=getattr(call, "out", out))
+            call, native_config = load_callable(impl.entry)(tensors, out, shape, dtype)
+            return TorchPrepared(call, native_config, out=getattr(call, "out", out))
         source = importlib.import_module(impl.entry)
         if impl.language == "triton":
-            return self._triton(source, tensors, out, shape, dtype, device)
+            call, run_config, compile_s = triton_case.prepare(source, impl, tensors, out, shape, dtype, device, config)
+            return TorchPrepared(call, run_config, compile_s=compile_s, out=out)
         return self._llvm(source, tensors, out, shape, dtype, device)
 
-    def _triton(
-        self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo
-    ) -> Prepared:
-        def make(cfg: Any) -> Callable[[], Any]:
-            def call() -> Any:
-                source.launch_case(t, out, shape, dtype, cfg)
-                return out
-
-            return call
-
-        start = time.perf_counter()
-        timer, flush = self.timer(device), self.flush(device)
-        best, tried = tune(source.tuning_space(device.arch, dtype, shape), make, timer, flush)
-        tuned_with = {"timer": timer.name, "flushed": flush is not None}
-        config = {**best.as_dict(), "arch": device.arch, "tuned": tried, "tuned_with": tuned_with}
-        return TorchPrepared(make(best), config, compile_s=time.perf_counter() - start, out=out)
+    def tuning_space(
+        self, impl: Implementation, kernel: Kernel, shape: Shape, dtype: str, device: DeviceInfo
+    ) -> Space | None:
+        """What ``hwbench tune`` tries for a Triton case: its ``triton.py``'s space for the device's
+        architecture (the derived configuration first), as plain dicts; None for natives and
+        llvmlite kernels (their work-group configurations are derived, not tuned, on GPUs)."""
+        if impl.kind == "native" or impl.language != "triton":
+            return None
+        source = importlib.import_module(impl.entry) if present("triton") else None
+        return triton_case.space(source, impl, shape, dtype, device)
 
     def _llvm(self, source: Any, t: dict[str, Any], out: Any, shape: Shape, dtype: str, device: DeviceInfo) -> Prepared:
         # The GPU lowering imports llvmlite, which is optional (supports() checked it is here).
@@ -410,41 +412,3 @@ def _set_fp32_precision(dtype: str) -> None:
     tf32 = dtype == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-
-
-def tune(
-    space: list[Any],
-    make: Callable[[Any], Callable[[], Any]],
-    timer: Timer,
-    flush: Callable[[], None] | None = None,
-) -> tuple[Any, list[dict[str, Any]]]:
-    """Fastest configuration of ``space`` by median time on ``timer`` (the cases' own), each timed
-    call after ``flush`` as the cases' are; configurations that fail are noted."""
-    from triton.compiler.errors import CompilationError
-    from triton.runtime.errors import OutOfResources
-
-    tried: list[dict[str, Any]] = []
-    best, best_t, first_error = None, float("inf"), None
-    for cfg in space:
-        call = make(cfg)
-        try:
-            call()  # compiles
-            samples: list[float] = []
-            while not samples or (sum(samples) < TUNE_BUDGET_S and len(samples) < 50):
-                if flush is not None:
-                    flush()
-                samples.append(timer.time(call))
-        except (CompilationError, OutOfResources, ValueError, RuntimeError) as exc:
-            # A variant that cannot run this case (its compiler, the device's resources, a TMA
-            # descriptor the tensors do not fit) leaves the others to be tried; if none runs,
-            # the first failure is the case's.
-            first_error = first_error or exc
-            tried.append({**cfg.as_dict(), "error": (str(exc).splitlines() or [type(exc).__name__])[0][:200]})
-            continue
-        median = float(np.median(samples))
-        tried.append({**cfg.as_dict(), "median_s": median})
-        if median < best_t:
-            best, best_t = cfg, median
-    if best is None:
-        raise first_error or RuntimeError("no configuration to tune")
-    return best, tried

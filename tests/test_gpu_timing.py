@@ -1,6 +1,6 @@
-"""GPU timing without a GPU: the event timer keeps the device busy ahead of its start event, tuning
-times as the cases do (flushed, same timer), the flush covers the last-level cache, and SDPA's
-backend pin is entered once per prepared call.
+"""GPU timing without a GPU: the event timer keeps the device busy ahead of its start event, the
+flush covers the last-level cache, and SDPA's backend pin is entered once per prepared call
+(Triton configurations are timed by ``hwbench tune``: tests/test_tune_triton.py).
 
 The device is a fake stream: work runs in order, each item once it was enqueued and once the
 item before it ended; events take the time the stream reaches them; the host clock advances by
@@ -21,12 +21,10 @@ from hwbench.backends.torch_gpu import (
     BUSY_TRIES,
     MAX_BUSY_S,
     MIN_BUSY_S,
-    TUNE_BUDGET_S,
     EventTimer,
     flush_bytes,
-    tune,
 )
-from hwbench.core.backend import DeviceInfo, Timer
+from hwbench.core.backend import DeviceInfo
 from hwbench.core.registry import get_backend
 from hwbench.run.timing import TimingConfig, measure
 
@@ -156,56 +154,6 @@ def test_measure_records_the_method_and_kernel_time_alone() -> None:
     assert len(flushes) == len(timing.samples)
 
 
-class Config:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name}
-
-
-class LoggingTimer(Timer):
-    name = "logging"
-
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def time(self, fn) -> float:
-        self.log.append("time")
-        fn()
-        return 0.01
-
-
-def test_tuning_flushes_before_every_timed_call_on_the_cases_timer() -> None:
-    pytest.importorskip("triton")
-    log: list[str] = []
-
-    def make(cfg: Config):
-        return lambda: log.append(f"call {cfg.name}")
-
-    best, tried = tune([Config("a"), Config("b")], make, LoggingTimer(log), lambda: log.append("flush"))
-    assert best.name == "a" and [t["name"] for t in tried] == ["a", "b"]
-    timed = round(TUNE_BUDGET_S / 0.01)  # samples of 10 ms until the budget is spent
-    expected = [entry for name in ("a", "b") for entry in [f"call {name}"] + ["flush", "time", f"call {name}"] * timed]
-    assert log == expected  # each configuration: the compiling call, then flushed, timed calls
-
-
-def test_triton_tuning_uses_the_backends_timer_and_flush(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("triton")
-    log: list[str] = []
-    backend = get_backend("cuda")
-    monkeypatch.setattr(type(backend), "timer", lambda self, device: LoggingTimer(log))
-    monkeypatch.setattr(type(backend), "flush", lambda self, device: lambda: log.append("flush"))
-    source = SimpleNamespace(
-        tuning_space=lambda arch, dtype, shape: [Config("only")],
-        launch_case=lambda t, out, shape, dtype, cfg: log.append("launch"),
-    )
-    device = DeviceInfo(backend="cuda", index=0, name="NVIDIA H200", vendor="NVIDIA", kind="gpu", arch="sm_90")
-    prepared = backend._triton(source, {}, None, {"M": 1}, "bf16", device)
-    assert prepared.config["tuned_with"] == {"timer": "logging", "flushed": True}
-    assert log[:4] == ["launch", "flush", "time", "launch"]
-
-
 @pytest.mark.parametrize(
     ("name", "l2", "flushed"),
     [
@@ -261,21 +209,3 @@ def test_sdpa_enters_its_backend_pin_once_not_per_call(monkeypatch: pytest.Monke
     del call
     gc.collect()
     assert attention._cur_sdpa_kernel_backends() == before  # released: the flags are as they were
-
-
-def test_a_variant_that_cannot_run_the_case_leaves_the_others_to_tuning() -> None:
-    """A TMA configuration whose descriptor the tensors do not fit (ValueError) is noted, not fatal."""
-    pytest.importorskip("triton")
-
-    def make(cfg: Config):
-        def call() -> None:
-            if cfg.name == "tma":
-                raise ValueError("tensor descriptor: base address not 16-byte aligned")
-
-        return call
-
-    best, tried = tune([Config("tma"), Config("classic")], make, LoggingTimer([]))
-    assert best.name == "classic"
-    assert tried[0] == {"name": "tma", "error": "tensor descriptor: base address not 16-byte aligned"}
-    with pytest.raises(ValueError):
-        tune([Config("tma")], make, LoggingTimer([]))
