@@ -261,40 +261,51 @@ class OpenCLBackend(Backend):
             prepared = launcher.launch(state, program, plan, inputs, dtype, compile_s)
             prepared.config = {**prepared.config, "tuning": tuning}
             return prepared
-        return self._spirv_case(state, kernel, source, inputs, shape, dtype, device)
+        return self._spirv_case(state, (impl, kernel), source, inputs, shape, dtype, device, config)
 
     def tuning_space(
         self, impl: Implementation, kernel: Kernel, shape: Shape, dtype: str, device: DeviceInfo
     ) -> Space | None:
-        """What ``hwbench tune`` tries for an OpenCL C case: its bindings' tiles (the derived one
-        first); None for natives and llvmlite sources (their SPIR-V configurations are not tuned yet)."""
-        if impl.kind == "native" or impl.language != "opencl-c":
+        """What ``hwbench tune`` tries for a portable case: an OpenCL C kernel's bindings' tiles, a
+        llvmlite work-group kernel's configurations for the device's limits (each its own SPIR-V
+        module); the derived one first. None for natives."""
+        if impl.kind == "native":
             return None
         source = importlib.import_module(impl.entry)
         key = _tuning_key(impl, shape, dtype, device)
         if not hasattr(source, "tuning_space"):
             return Space(key, [], f"{impl.name} has no tuning space")
+        if impl.language == "llvmlite":
+            target = _spirv_target(simt_limits(device))
+            return Space(key, [dict(c) for c in source.tuning_space(target, dtype, shape)])
         return Space(key, [dict(c) for c in source.tuning_space(device.kind, lanes(device, dtype), dtype, shape)])
 
     def _spirv_case(
         self,
         state: DeviceState,
-        kernel: Kernel,
+        case: tuple[Implementation, Kernel],
         source: Any,
         inputs: Mapping[str, np.ndarray],
         shape: Shape,
         dtype: str,
         device: DeviceInfo,
+        config: Mapping[str, Any] | None = None,
     ) -> Prepared:
-        """The llvmlite work-group kernel lowered to SPIR-V, in the configuration the device's
-        limits give."""
+        """The llvmlite work-group kernel lowered to SPIR-V: in ``config`` (a candidate), else the
+        tuned configuration of the case's key where the source is tunable, else the one the
+        device's limits give; each configuration is a module (and a device binary) of its own."""
+        impl, kernel = case
         limits = simt_limits(device)
         target = _spirv_target(limits)
-        chosen = source.simt_config(target, dtype, shape)
+        chosen: Mapping[str, Any] | None = config
+        tuning: dict[str, Any] = {"source": "derived"}
+        if hasattr(source, "tuning_space"):
+            chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device), config)
+        chosen = chosen or source.simt_config(target, dtype, shape)
         module = _spirv(kernel.name, dtype, limits, _config_key(chosen))
         program, compile_s = launcher.build_spirv(state, module, kernel.name, dtype)
-        plan = source.launch(shape, dtype, target, config=chosen)
-        config = {**plan.config, "spirv_bytes": len(module.binary), "grid": list(plan.grid)}
+        plan = source.launch(shape, dtype, target, config=dict(chosen))
+        config = {**plan.config, "spirv_bytes": len(module.binary), "grid": list(plan.grid), "tuning": tuning}
         return launcher.launch(state, program, plan, inputs, dtype, compile_s + module.compile_s, (), config)
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:
@@ -343,8 +354,12 @@ class OpenCLBackend(Backend):
 
 
 def _tuning_key(impl: Implementation, shape: Shape, dtype: str, device: DeviceInfo) -> TuningKey:
-    """An OpenCL case's tuning key: the device, its driver, and pyopencl's version."""
-    return key_for(device, impl, dtype, shape, {"pyopencl": package_version("pyopencl")}, ("hwbench.kernels",))
+    """An OpenCL case's tuning key: the device, its driver, pyopencl's version (and llvmlite's,
+    which lowers a llvmlite source to SPIR-V)."""
+    software = {"pyopencl": package_version("pyopencl")}
+    if impl.language == "llvmlite":
+        software["llvmlite"] = package_version("llvmlite")
+    return key_for(device, impl, dtype, shape, software, ("hwbench.kernels",))
 
 
 def simt_limits(device: DeviceInfo) -> Any:

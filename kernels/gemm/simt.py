@@ -330,3 +330,72 @@ def launch(shape: Shape, dtype: str, target: SIMTTarget, cfg: Mapping[str, int])
         "device_kind": target.limits.kind,
     }
     return Launch(KERNEL, args, grid, (m, n), local=local, config=config)
+
+
+#: A CPU device's register tiles (TM x TNV vectors) by expected merit, after the derived one: on
+#: 32 vector registers the wide tiles, then those that fit 16 (AVX2's: the derived 12 x 2 spills there).
+CPU_TILES = ((12, 2), (8, 3), (6, 4), (6, 2), (4, 3))
+#: A CPU device's blockings (MT x NT register tiles) tried with the derived tile.
+CPU_BLOCKS = ((4, 4), (6, 2), (3, 8))
+#: A GPU's FMA register tiles and work-group shapes (WGN x WGM) tried beside the derived ones.
+GPU_TILES = ((8, 8), (4, 8), (8, 4), (4, 4))
+GPU_GROUPS = ((16, 16), (8, 8), (32, 8))
+#: The mma form's instruction tiles per warp (FM x FN) and warp grids (WM x WN).
+MMA_TILES = ((4, 4), (2, 4), (4, 2), (2, 2))
+MMA_WARPS = ((2, 4), (4, 2), (2, 2))
+
+
+def fits(target: SIMTTarget, dtype: str, cfg: Mapping[str, int]) -> bool:
+    """Whether :func:`build` takes ``cfg`` on ``target``: its keys and sizes check, its shared
+    memory fits the device's local memory and its work-group the largest the device runs."""
+    try:
+        if cfg.get("MMA"):
+            inst = _instruction(target, dtype)
+            checked = simt_mma.check_config(cfg, inst)
+            shared, local = simt_mma.shared_bytes(checked, inst), simt_mma.local_size(checked, inst)
+        else:
+            full = full_config(cfg)
+            if full["KC"] and compute_dtype(dtype) != dtype:
+                return False
+            shared, local = shared_bytes(full, DTYPE_BYTES[compute_dtype(dtype)]), (full["WGN"], full["WGM"])
+    except ValueError:
+        return False
+    return shared <= target.limits.local_mem_bytes and local[0] * local[1] <= target.limits.max_work_group
+
+
+def _variants(target: SIMTTarget, dtype: str, base: Mapping[str, int]) -> list[dict[str, int]]:
+    """Configurations near ``base`` (the derived one), by expected merit: the register tile first
+    (it decides the FMA rate), then the K tile or chunk, then the blocking or work-group shape."""
+    cfg = dict(base)
+    if cfg.get("MMA"):
+        return [
+            *({**cfg, "FM": fm, "FN": fn} for fm, fn in MMA_TILES),
+            *({**cfg, "TK": tk} for tk in (64, 16)),
+            *({**cfg, "WM": wm, "WN": wn} for wm, wn in MMA_WARPS),
+        ]
+    if cfg["TK"]:
+        return [
+            *({**cfg, "TM": tm, "TNV": tn} for tm, tn in GPU_TILES),
+            *({**cfg, "TK": tk} for tk in (cfg["TK"] // 2, cfg["TK"] * 2)),
+            *({**cfg, "WGN": wn, "WGM": wm} for wn, wm in GPU_GROUPS),
+        ]
+    found = [{**cfg, "TM": tm, "TNV": tn} for tm, tn in CPU_TILES]
+    if cfg["KC"]:
+        found += [{**cfg, "KC": kc} for kc in (cfg["KC"] // 2, cfg["KC"] * 2)]
+        found += [{**cfg, "MT": mt, "NT": nt} for mt, nt in CPU_BLOCKS]
+        found += [{**cfg, "PA": 0}, {**cfg, "PA": 0, "PB": 0}]
+    return found
+
+
+def tuning_space(target: SIMTTarget, dtype: str, shape: Shape) -> list[dict[str, int]]:
+    """Candidate configurations of ``shape`` on ``target`` for ``hwbench tune``: :func:`config_for`'s
+    first, then variants of it one choice at a time (:func:`_variants`), each fitted to the shape
+    (:func:`fit_config`) and kept only where :func:`fits` (a candidate that cannot be built is
+    left out, not tried); no more than a dozen, as a device's compiler may take seconds for each."""
+    derived = fit_config(config_for(target, dtype), shape)
+    found = [derived]
+    for cfg in _variants(target, dtype, derived):
+        fitted = fit_config(cfg, shape)
+        if fitted not in found and fits(target, dtype, fitted):
+            found.append(fitted)
+    return found[:12]
