@@ -13,28 +13,39 @@ The budget is seconds per device, shared by that device's cases in turn: each ca
 left divided by the cases left, so what one leaves over goes to the next. Within a case a
 candidate starts only when the time it is expected to take (the slowest candidate so far, or
 for the first one its timed calls three times over) still fits; the device's total may pass its
-budget by at most one candidate's misestimate. The cases run in this process, not the worker
-(whose requests are whole cases): a candidate that crashes ends the command.
+budget by at most one candidate's misestimate.
+
+The candidates run in the worker process (:mod:`hwbench.run.worker`), one request each: one that
+crashes it (a JIT kernel's segfault) is dropped saying how the worker died, and the next request
+starts a fresh worker; one that hangs is cut at ten times the slowest candidate so far (at least
+:data:`HANG_FLOOR_S`) or where the case's budget ends, whichever comes first. This process keeps
+the budget and files the entries.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwbench.core.errors import NotApplicable
 from hwbench.core.records import now
-from hwbench.core.tuning import Entry, Space, TuningStore, shape_class
+from hwbench.core.tuning import Entry, Space, TuningKey, TuningStore, shape_class
 from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseSkipped, Pipeline, error_line
 from hwbench.run.stats import summarize
 from hwbench.run.timing import TimingConfig
+from hwbench.run.worker import Worker, WorkerDied
 
 #: Seconds of tuning per device when no budget is given (``run --tune``, ``hwbench tune``).
 TUNE_BUDGET_S = 60.0
 #: Seconds of timed calls per candidate, at least and at most (the budget decides between them).
 CANDIDATE_S = (0.02, 0.3)
+#: Seconds the worker may take to list a case's space or make its inputs and reference (a
+#: backend's first probe may measure its device).
+SETUP_TIMEOUT_S = 120.0
+#: A candidate is hung past this many times the slowest one timed so far, and at least this many seconds.
+HANG_FACTOR, HANG_FLOOR_S = 10.0, 10.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class Tried:
     median_s: float | None
     reason: str = ""
     wall_s: float = 0.0
+    #: Whether it crashed the worker or hung (the worker was killed).
+    died: bool = False
 
 
 @dataclass
@@ -148,44 +161,119 @@ def _space(case: Case) -> Space | str:
     return space
 
 
+def answer(message: dict[str, Any], pipeline: Pipeline) -> dict[str, Any]:
+    """The worker's answer to one tuning request (``tune_space``, ``tune_ready`` or
+    ``tune_candidate``); every failure but a crash or a hang is an answer."""
+    request = CaseRequest(**message["case"])
+    try:
+        if message["op"] == "tune_space":
+            space = _space(pipeline.resolve(request, probe=True))
+            if isinstance(space, str):
+                return {"status": "untunable", "reason": space}
+            return {"status": "ok", "key": space.key.as_json(), "candidates": space.candidates, "note": space.note}
+        case = pipeline.resolve(request)
+        if message["op"] == "tune_ready":
+            pipeline.reference(case)
+            return {"status": "ok"}
+        tried = time_candidate(pipeline, case, dict(message["config"]), TimingConfig(**message["timing"]))
+        return {"status": "ok", "tried": asdict(tried)}
+    except (CaseSkipped, NotApplicable) as skip:
+        return {"status": "skipped", "reason": str(skip)}
+    except Exception as exc:
+        return {"status": "failed", "reason": f"{message['op']} failed: {error_line(exc)}"}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A case's space as the worker listed it, or why it has none (``status``: ``ok``,
+    ``untunable``, ``skipped`` or ``failed``)."""
+
+    status: str
+    reason: str = ""
+    space: Space | None = None
+
+
+class Tuner:
+    """Tuning's requests to the worker process: a candidate that crashes it or hangs is a dropped
+    candidate (the worker killed, and a fresh one started for the next request), not the end."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def _ask(self, op: str, request: CaseRequest, timeout: float, **more: Any) -> dict[str, Any]:
+        try:
+            return self.worker.request({"op": op, "case": asdict(request), **more}, timeout)
+        except WorkerDied as died:
+            return {"status": died.status, "reason": died.reason, "died": True}
+
+    def listing(self, request: CaseRequest) -> Listing:
+        """The case's space, listed in the worker (a backend's probe may crash)."""
+        got = self._ask("tune_space", request, SETUP_TIMEOUT_S)
+        status = got.get("status")
+        if status != "ok":
+            why = got.get("reason", got.get("error"))
+            if status in ("untunable", "skipped"):
+                return Listing(str(status), str(why))
+            return Listing("failed", f"listing its configurations: {status}: {why}")
+        key = TuningKey.from_json(got["key"])
+        return Listing("ok", "", Space(key, [dict(c) for c in got["candidates"]], str(got.get("note", ""))))
+
+    def ready(self, request: CaseRequest) -> Listing:
+        """The case's inputs and float64 reference made in the worker, before its candidates."""
+        got = self._ask("tune_ready", request, SETUP_TIMEOUT_S)
+        status = got.get("status")
+        if status == "ok":
+            return Listing("ok")
+        why = got.get("reason", got.get("error"))
+        return Listing("skipped", str(why)) if status == "skipped" else Listing("failed", f"{status}: {why}")
+
+    def candidate(self, request: CaseRequest, config: dict[str, Any], timing: TimingConfig, timeout: float) -> Tried:
+        """One candidate prepared, checked and timed in the worker within ``timeout`` seconds."""
+        began = time.perf_counter()
+        got = self._ask("tune_candidate", request, timeout, config=config, timing=asdict(timing))
+        if "tried" in got:
+            return Tried(**{**got["tried"], "config": config})
+        why = f"{got.get('status')}: {got.get('reason', got.get('error'))}"
+        return Tried(config, None, why, time.perf_counter() - began, bool(got.get("died")))
+
+
 def tune_case(
-    pipeline: Pipeline,
+    tuner: Tuner,
     request: CaseRequest,
+    space: Space,
     budget_s: float,
     device_budget_s: float,
     clock: Callable[[], float] = time.monotonic,
     store: TuningStore | None = None,
 ) -> CaseTuning:
-    """Tune one case within ``budget_s`` and file the fastest candidate that passed parity (the
-    entry says ``device_budget_s``, the budget the user gave the device)."""
+    """Tune one case's ``space`` within ``budget_s`` and file the fastest candidate that passed
+    parity (the entry says ``device_budget_s``, the budget the user gave the device)."""
     start = clock()
-    result = CaseTuning(request, "failed", budget_s=budget_s)
-    try:
-        case = pipeline.resolve(request, probe=True)
-        space = _space(case)
-        if isinstance(space, str):
-            result.status, result.reason = "untunable", space
-            return result
-        pipeline.reference(case)
-    except (CaseSkipped, NotApplicable) as skip:
-        result.status, result.reason = "skipped", str(skip)
-        return result
-    except Exception as exc:
-        result.reason = f"listing its configurations failed: {error_line(exc)}"
-        return result
-    finally:
-        result.spent_s = clock() - start
-    result.of = len(space.candidates)
+    result = CaseTuning(request, "failed", budget_s=budget_s, of=len(space.candidates))
     timing = candidate_timing(budget_s, result.of)
     expected = 3 * (timing.budget_s + timing.warmup_s)
+    ready = False
     for config in space.candidates:
-        if clock() - start + expected > budget_s:
-            left = max(budget_s - (clock() - start), 0.0)
-            result.reason = f"{left:.2f} s of the case's {budget_s:.2f} s left; a candidate takes {expected:.2f} s"
+        if not ready:  # first, and again in the fresh worker after a crash
+            made = tuner.ready(request)
+            if made.status != "ok":
+                result.status, result.reason, result.spent_s = made.status, made.reason, clock() - start
+                return result
+            ready = True
+        left = budget_s - (clock() - start)
+        if expected > left:
+            result.reason = (
+                f"{max(left, 0.0):.2f} s of the case's {budget_s:.2f} s left; a candidate takes {expected:.2f} s"
+            )
             break
         began = clock()
-        result.tried.append(time_candidate(pipeline, case, dict(config), timing))
-        expected = max(expected if len(result.tried) > 1 else 0.0, clock() - began)
+        cut = min(left, max(HANG_FACTOR * expected, HANG_FLOOR_S))
+        tried = tuner.candidate(request, dict(config), timing, cut)
+        result.tried.append(tried)
+        if tried.died:
+            ready = False
+        elif tried.median_s is not None:  # how long a candidate takes: the slowest timed so far
+            expected = max(expected if len(result.timed) > 1 else 0.0, clock() - began)
     result.spent_s = clock() - start
     return _finish(result, space, device_budget_s, store)
 
@@ -229,45 +317,38 @@ Progress = Callable[[CaseTuning], None]
 def tune_cases(
     requests: list[CaseRequest],
     budget_s: float,
-    pipeline: Pipeline | None = None,
+    worker: Worker | None = None,
     progress: Progress | None = None,
     clock: Callable[[], float] = time.monotonic,
     store: TuningStore | None = None,
 ) -> tuple[list[CaseTuning], bool]:
-    """Tune ``requests`` device by device, ``budget_s`` seconds per device shared by its cases in
-    turn; the results and whether Ctrl-C stopped it (each case's entry is filed when it ends, so
-    what was tuned is kept)."""
-    pipeline = pipeline or Pipeline()
+    """Tune ``requests`` device by device in ``worker`` (by default a fresh one, ended here),
+    ``budget_s`` seconds per device shared by its cases in turn; the results and whether Ctrl-C
+    stopped it (each case's entry is filed when it ends, so what was tuned is kept)."""
     devices: dict[tuple[str, int], dict[tuple[Any, ...], CaseRequest]] = {}
     for r in requests:  # one case per shape class: a second would be filed under the same key
         classed = (r.kernel, r.impl, r.dtype, tuple(shape_class(r.shape).items()))
         devices.setdefault((r.backend, r.device_index), {}).setdefault(classed, r)
     results: list[CaseTuning] = []
+    tuner = Tuner(worker or Worker())
     try:
         for by_class in devices.values():
+            # Listed before the device's clock starts, so that only the cases with a space share its budget.
+            listed = [(r, tuner.listing(r)) for r in by_class.values()]
+            results += [CaseTuning(r, got.status, got.reason) for r, got in listed if got.space is None]
+            mine = [(r, got.space) for r, got in listed if got.space is not None]
             start = clock()
-            # The cases without a space first (they return at once), so only those with one share the budget.
-            offered = {id(r): _offers(pipeline, r) for r in by_class.values()}
-            mine = sorted(by_class.values(), key=lambda r: offered[id(r)])
-            for number, request in enumerate(mine):
-                if not offered[id(request)]:
-                    results.append(tune_case(pipeline, request, 0.0, budget_s, clock, store))
-                    continue
+            for number, (request, space) in enumerate(mine):
                 share = max(budget_s - (clock() - start), 0.0) / (len(mine) - number)
-                results.append(tune_case(pipeline, request, share, budget_s, clock, store))
+                results.append(tune_case(tuner, request, space, share, budget_s, clock, store))
                 if progress is not None:
                     progress(results[-1])
     except KeyboardInterrupt:
         return results, True
+    finally:
+        if worker is None:
+            tuner.worker.kill()
     return results, False
-
-
-def _offers(pipeline: Pipeline, request: CaseRequest) -> bool:
-    """Whether ``request`` resolves here and its backend offers it a space."""
-    try:
-        return not isinstance(_space(pipeline.resolve(request, probe=True)), str)
-    except Exception:  # tune_case says what went wrong
-        return False
 
 
 def portable_cases(requests: list[CaseRequest], backends: list[dict[str, Any]]) -> list[CaseRequest]:

@@ -185,6 +185,11 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
             backend = get_backend(message["backend"])
             device = next(d for d in runner.devices(backend) if d.index == message["index"])
             return remeasured_peak(backend, device)
+        if op in ("tune_space", "tune_ready", "tune_candidate"):
+            # The tuner drives this worker and so imports this module: imported here, not at the top.
+            from hwbench.run.tune import answer
+
+            return answer(message, runner.pipeline)
         if op == "sensors":
             devices = [(d["backend"], d["device_index"], d.get("device")) for d in message["devices"]]
             return {"sensors": [runner.sensors.entry(*device) for device in devices]}
