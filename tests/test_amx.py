@@ -17,7 +17,7 @@ from hwbench.run.parity import check
 pytest.importorskip("llvmlite", reason="llvmlite is not installed")
 from hwbench.backends import cpu_dot_peak  # noqa: E402
 from hwbench.backends.cpu_peak import fma_units  # noqa: E402
-from hwbench.kernels.gemm import llvm, llvm_amx  # noqa: E402
+from hwbench.kernels.gemm import llvm, llvm_amx, llvm_driver  # noqa: E402
 from hwbench.kernels.llvmir import cpu_launch  # noqa: E402
 from hwbench.kernels.llvmir import target as target_mod  # noqa: E402
 
@@ -126,7 +126,7 @@ def test_amx_blocking_keeps_every_worker_busy_and_tiles_whole() -> None:
             assert blk["mc"] % llvm_amx.BLOCK == 0 and blk["nc"] % llvm_amx.BLOCK == 0 and blk["kc"] % step == 0
             assert programs >= 4 or max(blk["mc"], blk["nc"]) == llvm_amx.BLOCK
     with pytest.raises(ValueError, match="multiple of 32"):
-        llvm_amx._check_blocking({"mc": 32, "nc": 32, "kc": 48}, llvm_amx.KINDS["bf16"])
+        llvm_driver.check_blocking(llvm_amx.tile(target_mod.host_target(), "bf16"), {"mc": 32, "nc": 32, "kc": 48})
 
 
 @pytest.mark.skipif(not X86, reason="the dot-product instructions timed are x86-64 ones")

@@ -16,7 +16,7 @@ from hwbench.run.parity import check
 
 llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.llvm_lowp", reason="llvmlite is not installed")
 llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.llvm_bf16", reason="llvmlite is not installed")
-llvm_panels = pytest.importorskip("hwbench.kernels.gemm.llvm_panels", reason="llvmlite is not installed")
+llvm_driver = pytest.importorskip("hwbench.kernels.gemm.llvm_driver", reason="llvmlite is not installed")
 target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
 cpu_model = pytest.importorskip("hwbench.kernels.llvmir.cpu_model", reason="llvmlite is not installed")
 jit = pytest.importorskip("hwbench.kernels.llvmir.jit", reason="llvmlite is not installed")
@@ -124,7 +124,7 @@ def test_int8_microkernel_is_pmaddwd_without_spills(
     compiled = jit.compile_module(llvm_lowp.build(target, "int8"), target.cpu_name, target.features)
     asm = compiled.assembly()
     loops = _loops(asm, instruction)  # the microkernel's k loop
-    geo = llvm_lowp.panels(target)
+    geo = llvm_lowp.tile(target)
     assert loops and "pmaddubsw" not in asm and "vpdpbusd" not in asm and "vpdpwssd" not in asm
     for loop in loops:
         # every accumulator gets one pmaddwd per group (LLVM may unroll the loop), none spilled
@@ -158,7 +158,7 @@ def test_int8_extremes_cannot_saturate(name: str, level: str, off: tuple[str, ..
     # pairs at the bound on every lane: each pmaddwd lane is exactly 2 * 128 * 128
     shape = {"M": 7, "N": 70, "K": 33}
     ends = {"A": np.full((7, 33), -128, dtype=np.int8), "B": np.full((33, 70), -128, dtype=np.int8)}
-    _int8(target, shape, ends, blocks={"mc": 7, "nc": llvm_lowp.panels(target).nr, "kc": 4})
+    _int8(target, shape, ends, blocks={"mc": 7, "nc": llvm_lowp.tile(target).nr, "kc": 4})
 
 
 def test_blocking_follows_the_described_caches() -> None:
@@ -166,18 +166,19 @@ def test_blocking_follows_the_described_caches() -> None:
     small = copy.copy(target)  # a smaller core's caches: 32 KiB L1d, 512 KiB L2
     caches = cpu_model.Caches(32 * 2**10, 512 * 2**10, 8 * 2**20, "test")
     small.description = dataclasses.replace(target.description, caches=caches)
-    geo = llvm_lowp.panels(small)
-    kc, nc, _ = llvm_panels.cache_blocks(geo, small, llvm_lowp.KC_MAX)
+    geo = llvm_lowp.tile(small)
+    shape = {"M": 2048, "N": 2048, "K": 2048}
+    blk = llvm_driver.blocking(geo, small, shape, workers=2)
     per_k = geo.bytes_per_k
-    assert (geo.mr + geo.nr) * kc * per_k <= llvm_panels.L1_SHARE * caches.l1d
-    assert (geo.mr + geo.nr) * (kc + llvm_panels.KC_ALIGN) * per_k > llvm_panels.L1_SHARE * caches.l1d
-    assert nc * kc * per_k <= llvm_panels.L2_B_SHARE * caches.l2 and nc % geo.nr == 0
-    big = llvm_panels.cache_blocks(llvm_lowp.panels(target), target, llvm_lowp.KC_MAX)
-    if target.description.caches.l1d > caches.l1d:
-        assert kc < big[0]
+    # A's micro-panel in its share of L1d, B's block in its share of L2, whole groups and panels
+    assert geo.mr * blk["kc"] * per_k <= llvm_driver.L1_SHARE * caches.l1d
+    assert blk["nc"] * blk["kc"] * per_k <= llvm_driver.L2_SHARE * caches.l2
+    assert blk["kc"] % geo.k_unit == 0 and blk["nc"] % geo.nr == 0 and blk["mc"] % geo.mr == 0
+    big = llvm_driver.blocking(llvm_lowp.tile(target), target, shape, workers=2)
+    if target.description.caches.l2 > caches.l2:
+        assert blk["kc"] * blk["nc"] < big["kc"] * big["nc"]
     shape = {"M": 150, "N": 700, "K": 1500}
     blk = llvm_lowp.blocking(shape, small, workers=2)
-    assert blk["kc"] <= kc and blk["kc"] % geo.group == 0 and blk["nc"] % geo.nr == 0
     config = _int8(small, shape)
     assert config["derived_from"]["l1d_bytes"] == caches.l1d and config["kc"] == blk["kc"]
 

@@ -3,10 +3,10 @@
 Intel AMX (Sapphire Rapids and later) multiplies 16 x 64-byte tiles held in eight tile
 registers: ``tdpbssd`` adds a 16 x 64 int8 tile times a 64 x 16 one (signed by signed, so no
 offset correction) into a 16 x 16 int32 tile; ``tdpbf16ps`` does the same for bf16 pairs into
-fp32. The kernel is :mod:`.llvm_lowp`'s packed-panel structure with the register block
-replaced by a 32 x 32 block of C in four tiles, fed by two A tiles and two B tiles (all eight
-registers): per ``kc`` slice a program packs its A block row-major with K padded to whole
-tiles, and its B block into 32-column panels laid out as the tile instructions read them (per
+fp32. The loops, blocking, launch and bind are :mod:`.llvm_driver`'s; this module supplies the
+microkernel, a 32 x 32 block of C in four tiles fed by two A tiles and two B tiles (all eight
+registers), and the packing: per ``kc`` slice a program packs its A block row-major with K padded
+to whole tiles, and its B block into 32-column panels laid out as the tile instructions read them (per
 group of 4 int8 or 2 bf16 k values, each column's group side by side), zero past K, M and N.
 Interior blocks of C are loaded and stored as tiles; edge blocks go through a 32 x 32 scratch
 tile and masked vector stores. The A tiles of the next step along K are prefetched into L1.
@@ -23,14 +23,16 @@ import ctypes
 import functools
 import platform
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
-from hwbench.core.launch import Launch, buffer, output
-from hwbench.core.launch import i64 as i64_arg
+from hwbench.core.launch import Launch
+from hwbench.kernels.gemm import llvm_driver as driver
+from hwbench.kernels.gemm.llvm_driver import Tile
 from hwbench.kernels.gemm.llvm_lowp import interleave
 from hwbench.kernels.llvmir.irutil import (
     F32,
@@ -52,7 +54,7 @@ from hwbench.kernels.llvmir.irutil import (
     masked_store,
     store_vec,
 )
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
+from hwbench.kernels.llvmir.target import CPUTarget, LLVMTarget, enabled_features, host_target
 
 KERNEL = "gemm"
 DTYPES = ("int8", "bf16")
@@ -145,77 +147,71 @@ def _tiles(module: ir.Module, kind: Kind) -> dict[str, ir.Function]:
     }
 
 
-def _emit_block(module: ir.Module, kind: Kind) -> ir.Function:
-    """``block(pa, pb, c, ldc, mc, nc, steps, first)``: the C block (+)= packed A . packed B, in
-    32 x 32 blocks of four tiles, ``steps`` tiles along K (every tile load 1 KiB in a row)."""
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I64, I64, I64, I64, I1]), f"{KERNEL}_amx_block")
-    fn.linkage = "internal"
-    for k in (0, 1, 2):
-        fn.args[k].add_attribute("noalias")
-    pa, pb, c, ldc, mc, nc, steps, first = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    op = _tiles(module, kind)
-    rows, width = ir.Constant(I16, ROWS), ir.Constant(I16, ROW_BYTES)
-    scratch = b.alloca(ir.ArrayType(kind.accumulator, BLOCK * BLOCK), name="scratch")
-    scratch.align = 64
-    cbytes = b.mul(ldc, i64(4))
-    stride = i64(ROW_BYTES)
-    panel = b.mul(steps, i64(STEP_BYTES))
+def _micro(kind: Kind) -> driver.Micro:
+    """The microkernel ``block(pa, pb, steps, c, ldc, mvalid, nvalid, first)``: one 32 x 32 block
+    of C (+)= an A panel . a B panel in four tiles, ``steps`` tiles along K (every tile load 1 KiB
+    in a row); an edge block through a scratch block and masked stores."""
 
-    def tile_loop(pa_ir: ir.Value, pb_jr: ir.Value, init: list[ir.Value]) -> list[ir.Value]:
-        def step(s: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            a_at = elem_ptr(b, pa_ir, I8, b.mul(s, i64(STEP_BYTES)))
-            b_at = elem_ptr(b, pb_jr, I8, b.mul(s, i64(STEP_BYTES)))
-            a = [b.call(op["load"], [rows, width, elem_ptr(b, a_at, I8, i64(u * TILE_BYTES)), stride]) for u in (0, 1)]
-            bt = [b.call(op["load"], [rows, width, elem_ptr(b, b_at, I8, i64(t * TILE_BYTES)), stride]) for t in (0, 1)]
-            ahead = elem_ptr(b, a_at, I8, i64(PREFETCH_STEPS * STEP_BYTES))  # past a panel's end: the next one's
-            for line in range(0, STEP_BYTES, 64):
-                b.call(
-                    op["prefetch"],
-                    [elem_ptr(b, ahead, I8, i64(line)), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)],
-                )
-            return [
-                b.call(op["dot"], [rows, width, width, acc[2 * u + t], a[u], bt[t]]) for u in (0, 1) for t in (0, 1)
-            ]
+    def emit(module: ir.Module) -> ir.Function:
+        fnty = ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I64, I64, I1])
+        fn = ir.Function(module, fnty, f"{KERNEL}_amx_block")
+        fn.linkage = "internal"
+        for k in (0, 1, 3):
+            fn.args[k].add_attribute("noalias")
+        pa, pb, steps, c_blk, ldc, mvalid, nvalid, first = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        op = _tiles(module, kind)
+        rows, width = ir.Constant(I16, ROWS), ir.Constant(I16, ROW_BYTES)
+        scratch = b.alloca(ir.ArrayType(kind.accumulator, BLOCK * BLOCK), name="scratch")
+        scratch.align = 64
+        cbytes = b.mul(ldc, i64(4))
 
-        return loop_carry(b, i64(0), steps, 1, init, step, name="kt")
+        def tile_at(base: ir.Value, stride: ir.Value, u: int, t: int) -> ir.Value:
+            return elem_ptr(b, base, I8, b.add(b.mul(stride, i64(u * ROWS)), i64(t * ROW_BYTES)))
 
-    def tile_at(base: ir.Value, stride: ir.Value, u: int, t: int) -> ir.Value:
-        return elem_ptr(b, base, I8, b.add(b.mul(stride, i64(u * ROWS)), i64(t * ROW_BYTES)))
+        def store(acc: list[ir.Value], base: ir.Value, stride: ir.Value) -> None:
+            for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                b.call(op["store"], [rows, width, tile_at(base, stride, u, t), stride, acc[2 * u + t]])
 
-    with for_range(b, i64(0), ceil_div(b, nc, BLOCK), name="jr") as jr:
-        pb_jr = elem_ptr(b, pb, I8, b.mul(jr, panel))
-        nvalid = imin(b, i64(BLOCK), b.sub(nc, b.mul(jr, i64(BLOCK))))
-        with for_range(b, i64(0), ceil_div(b, mc, BLOCK), name="ir") as ir_:
-            pa_ir = elem_ptr(b, pa, I8, b.mul(ir_, panel))
-            c_blk = elem_ptr(b, c, kind.accumulator, b.add(b.mul(b.mul(ir_, i64(BLOCK)), ldc), b.mul(jr, i64(BLOCK))))
-            mvalid = imin(b, i64(BLOCK), b.sub(mc, b.mul(ir_, i64(BLOCK))))
-            whole = b.and_(b.icmp_signed("==", mvalid, i64(BLOCK)), b.icmp_signed("==", nvalid, i64(BLOCK)))
-            zero = [b.call(op["zero"], [rows, width]) for _ in range(4)]
-            with b.if_else(whole, likely=True) as (inside, edge):
-                with inside:
-                    with b.if_else(first) as (fresh, more):
-                        with fresh:
-                            acc = tile_loop(pa_ir, pb_jr, zero)
-                            for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
-                                b.call(op["store"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes, acc[2 * u + t]])
-                        with more:
-                            old = [
-                                b.call(op["load"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes])
-                                for u in (0, 1)
-                                for t in (0, 1)
-                            ]
-                            acc = tile_loop(pa_ir, pb_jr, old)
-                            for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
-                                b.call(op["store"], [rows, width, tile_at(c_blk, cbytes, u, t), cbytes, acc[2 * u + t]])
-                with edge:
-                    acc = tile_loop(pa_ir, pb_jr, zero)
-                    sbytes = i64(BLOCK * 4)
-                    for u, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
-                        b.call(op["store"], [rows, width, tile_at(scratch, sbytes, u, t), sbytes, acc[2 * u + t]])
-                    _merge_edge(b, kind, scratch, c_blk, ldc, mvalid, nvalid, first)
-    b.ret_void()
-    return fn
+        zero = [b.call(op["zero"], [rows, width]) for _ in range(4)]
+        whole = b.and_(b.icmp_signed("==", mvalid, i64(BLOCK)), b.icmp_signed("==", nvalid, i64(BLOCK)))
+        with b.if_else(whole, likely=True) as (inside, edge):
+            with inside:
+                with b.if_else(first) as (fresh, more):
+                    with fresh:
+                        store(_tile_loop(b, op, pa, pb, steps, zero), c_blk, cbytes)
+                    with more:
+                        at = [tile_at(c_blk, cbytes, u, t) for u in (0, 1) for t in (0, 1)]
+                        old = [b.call(op["load"], [rows, width, p, cbytes]) for p in at]
+                        store(_tile_loop(b, op, pa, pb, steps, old), c_blk, cbytes)
+            with edge:
+                store(_tile_loop(b, op, pa, pb, steps, zero), scratch, i64(BLOCK * 4))
+                _merge_edge(b, kind, scratch, c_blk, ldc, mvalid, nvalid, first)
+        b.ret_void()
+        return fn
+
+    return emit
+
+
+def _tile_loop(
+    b: ir.IRBuilder, op: dict[str, ir.Function], pa: ir.Value, pb: ir.Value, steps: ir.Value, init: list[ir.Value]
+) -> list[ir.Value]:
+    """The four C tiles ``init`` plus ``steps`` steps of two A tiles times two B tiles, the next
+    step's A tiles prefetched into L1."""
+    rows, width, stride = ir.Constant(I16, ROWS), ir.Constant(I16, ROW_BYTES), i64(ROW_BYTES)
+    hint = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
+
+    def step(s: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        a_at = elem_ptr(b, pa, I8, b.mul(s, i64(STEP_BYTES)))
+        b_at = elem_ptr(b, pb, I8, b.mul(s, i64(STEP_BYTES)))
+        a = [b.call(op["load"], [rows, width, elem_ptr(b, a_at, I8, i64(u * TILE_BYTES)), stride]) for u in (0, 1)]
+        bt = [b.call(op["load"], [rows, width, elem_ptr(b, b_at, I8, i64(t * TILE_BYTES)), stride]) for t in (0, 1)]
+        ahead = elem_ptr(b, a_at, I8, i64(PREFETCH_STEPS * STEP_BYTES))  # past a panel's end: the next one's
+        for line in range(0, STEP_BYTES, 64):
+            b.call(op["prefetch"], [elem_ptr(b, ahead, I8, i64(line)), *hint])
+        return [b.call(op["dot"], [rows, width, width, acc[2 * u + t], a[u], bt[t]]) for u in (0, 1) for t in (0, 1)]
+
+    return loop_carry(b, i64(0), steps, 1, init, step, name="kt")
 
 
 def _merge_edge(
@@ -249,6 +245,7 @@ def _emit_pack_a(
     kc: ir.Value,
     mc: ir.Value,
     steps: ir.Value,
+    _: object = None,
 ) -> None:
     """A's block as 32-row panels of whole tiles: row ``r``'s k values ``[s*w, s*w + w)`` at
     ``(r // 32) * steps * 2048 + s * 2048 + (r % 32) * 64`` bytes (so each tile is 1 KiB in a
@@ -278,6 +275,7 @@ def _emit_pack_b(
     kc: ir.Value,
     nc: ir.Value,
     steps: ir.Value,
+    _: object = None,
 ) -> None:
     """B's block as 32-column panels of whole tiles: per group ``g`` of k values (4 int8 or 2
     bf16), each column's group side by side, columns 0-15 in tile 0 and 16-31 in tile 1, the
@@ -308,81 +306,64 @@ def _emit_pack_b(
                 store_vec(b, part, elem_ptr(b, dst, I8, b.add(at_row, i64(t * TILE_BYTES))), i64(0), align=ROW_BYTES)
 
 
-def build(target: LLVMTarget, dtype: str) -> ir.Module:
-    """The AMX GEMM module: entry ``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over
-    ``(ceil(N/nc), ceil(M/mc))`` programs (C int32 for int8, float32 for bf16); ``mc`` within 512,
-    ``nc`` within 1024, ``kc`` a multiple of a tile's k within 2048 bytes of K."""
+def tile(target: LLVMTarget, dtype: str, config: Mapping[str, Any] | None = None) -> Tile:
+    """AMX's fixed geometry for ``dtype``: a 32 x 32 block of C in 2 x 2 tiles, one 64-byte tile
+    row per unit of K; the B panel stays in tile reach while A's stream from L2 (prefetched), so
+    L1 does not bound kc (``config`` cannot change the tile: only the blocking is tuned)."""
+    kind = KINDS[dtype]
+    max_block = {"mc": MAX_BLOCK["mc"], "nc": MAX_BLOCK["nc"], "kc": MAX_BLOCK["kc_bytes"] // kind.element_bytes}
+    scheme = f"{kind.instruction.split('.')[2]} on {ROWS} x {ROW_BYTES}-byte tiles"
+    extra = {"tile": f"{ROWS}x{ROW_BYTES}B", "k_group": kind.group}
+    derived = {"register_tile": f"AMX: {BLOCK} x {BLOCK} of C in 2 x 2 tile registers (fixed)"}
+    return Tile(
+        dtype,
+        "amx",
+        scheme,
+        BLOCK,
+        BLOCK,
+        0,
+        kind.k_per_tile,
+        ROW_BYTES,
+        max_block,
+        b_resident=True,
+        l1_resident=False,
+        extra=extra,
+        derived=derived,
+        device_storage=True,
+    )
+
+
+def parts(target: CPUTarget, dtype: str, config: Mapping[str, Any] | None = None) -> driver.Parts:
+    """The AMX kernel's tile, microkernel and packers for ``dtype`` (for :mod:`.llvm_driver`)."""
+    kind = KINDS[dtype]
+
+    def pack_a(b: ir.IRBuilder, *args: ir.Value) -> None:
+        _emit_pack_a(b, kind, *args)
+
+    def pack_b(b: ir.IRBuilder, *args: ir.Value) -> None:
+        _emit_pack_b(b, kind, *args)
+
+    geo = tile(target, dtype, config)
+    return driver.Parts(f"{KERNEL}_{dtype}_amx", geo, kind.source, kind.accumulator, _micro(kind), pack_a, pack_b)
+
+
+def build(target: LLVMTarget, dtype: str, config: Mapping[str, Any] | None = None) -> ir.Module:
+    """The AMX GEMM module (:func:`.llvm_driver.build`): C int32 for int8, float32 for bf16;
+    ``mc`` within 512, ``nc`` within 1024, ``kc`` a multiple of a tile's k within 2048 bytes of K."""
     if not isinstance(target, CPUTarget) or not has_features(target, dtype):
         raise TypeError(f"no AMX {dtype} GEMM for {getattr(target, 'name', type(target).__name__)}")
-    kind = KINDS[dtype]
-    module = target.new_module(f"{KERNEL}_{dtype}_amx")
-    block = _emit_block(module, kind)
-    max_k = MAX_BLOCK["kc_bytes"] // kind.element_bytes
-
-    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
-        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
-        b = ctx.builder
-        pack_a = ctx.local_array(I8, MAX_BLOCK["mc"] * MAX_BLOCK["kc_bytes"])
-        pack_b = ctx.local_array(I8, MAX_BLOCK["nc"] * MAX_BLOCK["kc_bytes"])
-        i0 = b.mul(ctx.program_id(1), mc_max)
-        j0 = b.mul(ctx.program_id(0), nc_max)
-        mc = imin(b, mc_max, b.sub(m, i0))
-        nc = imin(b, nc_max, b.sub(n, j0))
-        c_blk = elem_ptr(b, c, kind.accumulator, b.add(b.mul(i0, ldc), j0))
-        with for_range(b, i64(0), k, imin(b, kc_max, i64(max_k)), name="pc") as p0:
-            kc = imin(b, kc_max, b.sub(k, p0))
-            steps = ceil_div(b, kc, kind.k_per_tile)
-            _emit_pack_b(b, kind, elem_ptr(b, bm, kind.source, b.add(b.mul(p0, ldb), j0)), ldb, pack_b, kc, nc, steps)
-            _emit_pack_a(b, kind, elem_ptr(b, a, kind.source, b.add(b.mul(i0, lda), p0)), lda, pack_a, kc, mc, steps)
-            b.call(block, [pack_a, pack_b, c_blk, ldc, mc, nc, steps, b.icmp_signed("==", p0, i64(0))])
-
-    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
-    return module
+    return driver.build(target, parts(target, dtype, config))
 
 
-def blocking(shape: Shape, dtype: str, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc: a slice of K of 2048 bytes (A and B panels of 64 KiB, A prefetched) and a block of
-    C of at most 512 x 1024 (its slices' partial sums stay in L2: half the slices of 1024 bytes,
-    and 512 rows rather than 1024, measured 30-40 % faster), halved along its longer side until
-    every worker has two programs."""
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    step = KINDS[dtype].k_per_tile
-    kc = min(MAX_BLOCK["kc_bytes"] // KINDS[dtype].element_bytes, -(-k // step) * step)
-    mc = min(MAX_BLOCK["mc"], -(-m // BLOCK) * BLOCK)
-    nc = min(MAX_BLOCK["nc"], -(-n // BLOCK) * BLOCK)
-    while -(-m // mc) * -(-n // nc) < 2 * workers and max(mc, nc) > BLOCK:
-        if mc >= nc:
-            mc = -(-mc // (2 * BLOCK)) * BLOCK
-        else:
-            nc = -(-nc // (2 * BLOCK)) * BLOCK
-    return {"mc": mc, "nc": nc, "kc": max(kc, step)}
+def blocking(shape: Shape, dtype: str, workers: int = 1, target: CPUTarget | None = None) -> dict[str, int]:
+    """mc/nc/kc (:func:`.llvm_driver.blocking`) from the caches of ``target`` (default: the host)."""
+    target = target or host_target()
+    return driver.blocking(tile(target, dtype), target, shape, workers)
 
 
-def _check_blocking(blk: dict[str, int], kind: Kind) -> None:
-    limits = {"mc": MAX_BLOCK["mc"], "nc": MAX_BLOCK["nc"], "kc": MAX_BLOCK["kc_bytes"] // kind.element_bytes}
-    for key, limit in limits.items():
-        if not 1 <= int(blk[key]) <= limit:
-            raise ValueError(f"AMX blocking {key}={blk[key]} outside [1, {limit}] for {kind.dtype}")
-    if blk["kc"] % kind.k_per_tile:
-        raise ValueError(f"AMX {kind.dtype} blocking needs kc a multiple of {kind.k_per_tile}, got {blk['kc']}")
-
-
-def launch(
-    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: dict[str, int] | None = None
-) -> Launch:
-    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
-    programs; the record's config says ``path: amx``."""
+def launch(shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, *given: Mapping[str, Any] | None) -> Launch:
+    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` (:func:`.llvm_driver.launch`, ``given``
+    its blocks and configuration); the record's config says ``path: amx``."""
     if not amx_granted():  # the tile instructions fault in a process Linux has not granted them
         raise RuntimeError("Linux did not grant this process the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
-    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
-    workers = 1 if 2.0 * m * n * k < 2e6 else workers
-    blk = dict(blocks) if blocks else blocking(shape, dtype, workers)
-    kind = KINDS[dtype]
-    _check_blocking(blk, kind)
-    grid = (-(-n // blk["nc"]), -(-m // blk["mc"])) if m and n and k else (0, 0)
-    args = (buffer("A"), buffer("B"), output()) + tuple(
-        i64_arg(v) for v in (m, n, k, k, n, n, blk["mc"], blk["nc"], blk["kc"])
-    )
-    record: dict[str, Any] = {"kernel": KERNEL, "dtype": dtype, "target": target.name, "path": "amx"}
-    record.update({"MR": BLOCK, "NR": BLOCK, "tile": f"{ROWS}x{ROW_BYTES}B", "k_group": kind.group}, **blk)
-    return Launch(KERNEL, args, grid, (m, n), config=record, workers=workers, device_storage=True)
+    return driver.launch(tile(target, dtype), shape, target, workers, *given)

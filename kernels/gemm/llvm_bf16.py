@@ -1,9 +1,9 @@
 """bf16 GEMM ``C = A @ B`` (bf16 inputs held in float32, fp32 sums and output) on the host CPU.
 
-The structure is :mod:`.llvm_lowp`'s on :mod:`.llvm_panels`' scaffold: packing rounds A and B to
-bf16 (exact for inputs that are bf16 values, as the spec draws them), tile and blocking come from
-the target's description, K past the slice is zero in B. Two paths compute the products,
-chosen by the target's features:
+Like :mod:`.llvm_lowp`, it supplies :mod:`.llvm_driver` its tile, microkernel and packing (on
+:mod:`.llvm_panels`' vector panels): packing rounds A and B to bf16 (exact for inputs that are bf16
+values, as the spec draws them), tile and blocking come from the target's description, K past the
+slice is zero in B. Two paths compute the products, chosen by the target's features:
 
 * ``bf16dp``: ``vdpbf16ps`` (``llvm.x86.avx512bf16.dpbf16ps.512``) on pairs of k, a B panel
   holding per pair each column's two bf16 side by side (one i32 lane), an A panel each row's
@@ -17,36 +17,24 @@ chosen by the target's features:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
-from hwbench.core.kernel import Shape
-from hwbench.core.launch import Launch
+from hwbench.kernels.gemm import llvm_driver as driver
 from hwbench.kernels.gemm import llvm_panels as panels_mod
+from hwbench.kernels.gemm.llvm_driver import Tile
 from hwbench.kernels.gemm.llvm_lowp import interleave
-from hwbench.kernels.gemm.llvm_panels import Panels
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
-from hwbench.kernels.llvmir.irutil import (
-    F32,
-    I32,
-    I64,
-    PTR,
-    ceil_div,
-    elem_ptr,
-    for_range,
-    i64,
-    imin,
-    intrinsic,
-    intrinsic_suffix,
-)
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features
+from hwbench.kernels.llvmir.irutil import F32, I32, intrinsic, intrinsic_suffix
+from hwbench.kernels.llvmir.target import CPUTarget, enabled_features
 
 KERNEL = "gemm"
 DTYPES = ("bf16",)
 I16 = ir.IntType(16)
-#: Upper bound of kc (k values) baked into the workspace.
-KC_MAX = 1024
+#: Upper bounds of nc (columns) and kc (k values) baked into the workspace.
+NC_MAX, KC_MAX = 2048, 1024
 DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
 SCHEMES = {
     "bf16dp": "bf16 pairs on vdpbf16ps, fp32 sums",
@@ -60,11 +48,13 @@ def path(target: CPUTarget) -> str:
     return "bf16dp" if "avx512bf16" in enabled and target.vector_width("fp32") == 16 else "widening"
 
 
-def panels(target: CPUTarget) -> Panels:
-    """The bf16 panels on ``target``: pairs of k on ``vdpbf16ps``, single fp32 k values when
-    widened; both accumulate in place, so the tile is the one an fp32 FMA kernel gets."""
+def tile(target: CPUTarget, dtype: str = "bf16", config: Mapping[str, Any] | None = None) -> Tile:
+    """The bf16 tile on ``target``: pairs of k on ``vdpbf16ps``, single fp32 k values when
+    widened; both accumulate in place, so the tile is the one an fp32 FMA kernel gets (or
+    ``config``'s register tile, ``MR`` and ``NR_VECTORS``, where it names one)."""
     kind = path(target)
-    return panels_mod.derive(target, "bf16", (kind, SCHEMES[kind]), 2 if kind == "bf16dp" else 1, KC_MAX)
+    packing = (2 if kind == "bf16dp" else 1, 4, {"nc": NC_MAX, "kc": KC_MAX})
+    return panels_mod.vector_tile(target, "bf16", (kind, SCHEMES[kind]), packing, config, extra={"accumulate": "fp32"})
 
 
 def _round_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -129,73 +119,26 @@ def _convert_a(kind: str) -> panels_mod.Convert:
     return convert
 
 
-def build(target: LLVMTarget, dtype: str) -> ir.Module:
-    """The bf16 GEMM module for the host CPU ``target``: entry ``gemm(A, B, C, M, N, K, lda,
-    ldb, ldc, mc, nc, kc)`` on float32 arrays of bf16 values; the blocking within :func:`panels`'
-    ``max_block``, ``kc`` a multiple of the group."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no bf16 GEMM lowering for {type(target).__name__}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    geo = panels(target)
+def parts(target: CPUTarget, dtype: str = "bf16", config: Mapping[str, Any] | None = None) -> driver.Parts:
+    """The bf16 kernel's tile, microkernel and packers on ``target`` (for :mod:`.llvm_driver`)."""
+    geo = tile(target, "bf16", config)
     kind = geo.path
-    nr, group, lim = geo.nr, geo.group, geo.max_block
-    module = target.new_module(f"{KERNEL}_bf16_{kind}")
+    vw = geo.nr // geo.nr_vectors
     elem = I32 if kind == "bf16dp" else F32
-    acc_ty = ir.VectorType(F32, geo.vw)
-    micro = panels_mod.emit_micro(module, geo, f"gemm_micro_bf16_{kind}", elem, acc_ty, _dot(kind, geo.vw), False)
-    combine, convert = _combine_b(kind, nr), _convert_a(kind)
-
-    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
-        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
-        b = ctx.builder
-        groups = -(-lim["kc"] // group)
-        pack_a = ctx.local_array(I32, lim["mc"] * groups)
-        pack_b = ctx.local_array(I32, -(-lim["nc"] // nr) * nr * groups)
-        i0 = b.mul(ctx.program_id(1), mc_max)
-        j0 = b.mul(ctx.program_id(0), nc_max)
-        mc = imin(b, mc_max, b.sub(m, i0))
-        nc = imin(b, nc_max, b.sub(n, j0))
-        a_blk = elem_ptr(b, a, F32, b.mul(i0, lda))
-        c_blk = elem_ptr(b, c, F32, b.add(b.mul(i0, ldc), j0))
-        with for_range(b, i64(0), k, kc_max, name="pc") as p0:
-            kc = imin(b, kc_max, b.sub(k, p0))
-            b_src = (elem_ptr(b, bm, F32, b.add(b.mul(p0, ldb), j0)), F32, ldb)
-            panels_mod.emit_pack_b(b, geo, b_src, pack_b, (kc, nc), combine)
-            panels_mod.emit_pack_a(b, geo, (elem_ptr(b, a_blk, F32, p0), F32, lda), pack_a, (kc, mc), convert)
-            first = b.icmp_signed("==", p0, i64(0))
-            sizes = (ceil_div(b, kc, group), mc, nc, ldc)
-            panels_mod.emit_micro_loops(b, geo, micro, (pack_a, pack_b), c_blk, F32, sizes, first)
-
-    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [I64] * 9, body)
-    return module
+    micro = panels_mod.micro(geo, f"{KERNEL}_micro_bf16_{kind}", elem, ir.VectorType(F32, vw), _dot(kind, vw), False)
+    pack_b = panels_mod.pack_b(geo, F32, _combine_b(kind, geo.nr))
+    pack_a = panels_mod.pack_a(geo, F32, _convert_a(kind))
+    return driver.Parts(f"{KERNEL}_bf16_{kind}_{geo.mr}x{geo.nr_vectors}", geo, F32, F32, micro, pack_a, pack_b)
 
 
-def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc as :func:`.llvm_panels.blocking` derives them from the target's caches."""
-    return panels_mod.blocking(panels(target), shape, target, workers)
+def build(target: CPUTarget, dtype: str = "bf16", config: Mapping[str, Any] | None = None) -> ir.Module:
+    """The bf16 GEMM module (:func:`.llvm_driver.build`) on float32 arrays of bf16 values for
+    ``target``, its register tile ``config``'s or the derived one."""
+    return driver.build(target, parts(target, dtype, config))
 
 
-def launch(
-    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: Mapping[str, int] | None = None
-) -> Launch:
-    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
-    programs; the record's config says which path (``bf16dp`` or ``widening``) the code takes,
-    its tile and blocking and what they were derived from."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no bf16 GEMM lowering for {type(target).__name__}")
-    return panels_mod.launch(panels(target), shape, target, workers, blocks, {"accumulate": "fp32"})
-
-
-def prepare_cpu(
-    inputs: dict[str, np.ndarray],
-    shape: dict[str, int],
-    threads: int | None = None,
-    blocks: dict[str, int] | None = None,
-    target: CPUTarget | None = None,
-) -> PreparedKernel:
-    """Bind bf16 ``C = A @ B`` (float32 arrays of bf16 values, C float32) for the host CPU, or
-    ``target`` (another feature set or ISA level, for tests); ``blocks`` overrides the cache
-    blocking."""
-    extra = {"accumulate": "fp32"}
-    return panels_mod.prepare(panels, build, inputs, shape, threads, blocks, target, extra)
+def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], **options: Any) -> PreparedKernel:
+    """Bind bf16 ``C = A @ B`` (float32 arrays of bf16 values, C float32) on the host CPU, or on
+    ``target=`` (another feature set or ISA level); ``threads=``, ``blocks=`` as for
+    :func:`.llvm_driver.prepare`."""
+    return driver.prepare(tile, build, inputs, shape, **options)

@@ -1,12 +1,13 @@
 """int8 GEMM ``C = A @ B`` (int8 inputs, int32 sums and output) on the host CPU in llvmlite IR.
 
-The structure is :mod:`.llvm`'s (BLIS/Goto) on :mod:`.llvm_panels`' scaffold: per ``kc`` slice
-of K one program packs its B block into ``NR``-column panels and its A block into ``MR``-row
-panels, then runs an ``MR x NR`` register-blocked microkernel whose accumulators live in vector
-registers; tile and blocking come from the target's description. K is grouped so that one i32
-lane holds one group: a packed B panel holds, per group, each column's group side by side, a
-packed A panel each row's group as one i32 the microkernel broadcasts. K past the slice is zero
-in B, so any K works. Two paths compute ``acc += a . b`` per lane, chosen by the features:
+The loops, blocking, launch and bind are :mod:`.llvm_driver`'s (BLIS/Goto); this module supplies
+the tile, the microkernel and the packing (on :mod:`.llvm_panels`' vector panels): B packed into
+``NR``-column panels, A into ``MR``-row panels, an ``MR x NR`` register-blocked microkernel whose
+accumulators live in vector registers; the tile comes from the target's description or the tuner. K
+is grouped so that one i32 lane holds one group: a packed B panel holds, per group, each column's
+group side by side, a packed A panel each row's group as one i32 the microkernel broadcasts. K past
+the slice is zero in B, so any K works. Two paths compute ``acc += a . b`` per lane, chosen by the
+features:
 
 * ``vnni`` (groups of 4 bytes): ``vpdpbusd`` (AVX-512 VNNI on 512-bit vectors, AVX-VNNI or
   AVX-512 VNNI+VL on 256-bit ones), which multiplies *unsigned* bytes by signed ones. A is
@@ -27,23 +28,24 @@ in B, so any K works. Two paths compute ``acc += a . b`` per lane, chosen by the
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
-from hwbench.core.launch import Launch
+from hwbench.kernels.gemm import llvm_driver as driver
 from hwbench.kernels.gemm import llvm_panels as panels_mod
-from hwbench.kernels.gemm.llvm_panels import Panels
+from hwbench.kernels.gemm.llvm_driver import Tile
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
-from hwbench.kernels.llvmir.irutil import I32, PTR, ceil_div, elem_ptr, for_range, i64, imin, intrinsic
-from hwbench.kernels.llvmir.target import CPUTarget, KernelContext, LLVMTarget, enabled_features, host_target
+from hwbench.kernels.llvmir.irutil import I32, intrinsic
+from hwbench.kernels.llvmir.target import CPUTarget, enabled_features
 
 KERNEL = "gemm"
 DTYPES = ("int8",)
 I8, I16 = ir.IntType(8), ir.IntType(16)
-#: Upper bound of kc (k values) baked into the workspace.
-KC_MAX = 2048
+#: Upper bounds of nc (columns) and kc (k values) baked into the workspace.
+NC_MAX, KC_MAX = 2048, 2048
 #: The pmaddwd intrinsic per vector width in bits.
 PMADDWD = {128: "llvm.x86.sse2.pmadd.wd", 256: "llvm.x86.avx2.pmadd.wd", 512: "llvm.x86.avx512.pmaddw.d.512"}
 SCHEMES = {
@@ -76,11 +78,15 @@ def instruction(target: CPUTarget) -> str:
     return "vnni" if _vnni(target) else "vpmaddwd" if is_x86(target) else "generic"
 
 
-def panels(target: CPUTarget) -> Panels:
-    """The int8 panels on ``target``: groups of 4 on ``vpdpbusd``, of 2 on ``vpmaddwd`` (whose
-    product, held before it is added, takes the tile's spare register)."""
+def tile(target: CPUTarget, dtype: str = "int8", config: Mapping[str, Any] | None = None) -> Tile:
+    """The int8 tile on ``target``: groups of 4 on ``vpdpbusd``, of 2 on ``vpmaddwd`` (whose
+    product, held before it is added, takes the tile's spare register); ``config``'s register
+    tile (``MR``, ``NR_VECTORS``) where it names one."""
     kind = instruction(target)
-    return panels_mod.derive(target, "int8", (path(target), SCHEMES[kind]), 4 if kind == "vnni" else 2, KC_MAX)
+    group = 4 if kind == "vnni" else 2
+    caps = {"nc": NC_MAX, "kc": KC_MAX}
+    route = (path(target), SCHEMES[kind])
+    return panels_mod.vector_tile(target, "int8", route, (group, 4, caps), config, extra={"instruction": kind})
 
 
 def lanes(target: CPUTarget) -> int:
@@ -153,74 +159,32 @@ def _convert_a(kind: str) -> panels_mod.Convert:
     return convert
 
 
-def build(target: LLVMTarget, dtype: str) -> ir.Module:
-    """The int8 GEMM module for the host CPU ``target``: entry ``gemm(A, B, C, M, N, K, lda,
-    ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))`` programs, C int32; needs the
-    blocking within :func:`panels`' ``max_block``, ``nc`` a multiple of NR and ``kc`` of the group."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no int8 GEMM lowering for {type(target).__name__}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    geo = panels(target)
+def parts(target: CPUTarget, dtype: str = "int8", config: Mapping[str, Any] | None = None) -> driver.Parts:
+    """The int8 kernel's tile, microkernel and packers on ``target`` (for :mod:`.llvm_driver`)."""
+    geo = tile(target, "int8", config)
     kind = instruction(target)
-    nr, vw, group, lim = geo.nr, geo.vw, geo.group, geo.max_block
-    module = target.new_module(f"{KERNEL}_int8_{kind}")
-    acc_ty = ir.VectorType(I32, vw)
+    vw = geo.nr // geo.nr_vectors
     fixed = kind == "vnni"  # only vpdpbusd's unsigned A needs the column-sum correction
-    micro = panels_mod.emit_micro(module, geo, f"{KERNEL}_micro_int8_{kind}", I32, acc_ty, _dot(kind, vw), fixed)
-    combine, convert = _combine_b(kind, nr), _convert_a(kind)
+    name = f"{KERNEL}_micro_int8_{kind}"
+    micro = panels_mod.micro(geo, name, I32, ir.VectorType(I32, vw), _dot(kind, vw), fixed)
+    pack_b = panels_mod.pack_b(geo, I8, _combine_b(kind, geo.nr), -128 if fixed else None)
+    pack_a = panels_mod.pack_a(geo, I8, _convert_a(kind))
+    name = f"{KERNEL}_int8_{kind}_{geo.mr}x{geo.nr_vectors}"
+    return driver.Parts(name, geo, I8, I32, micro, pack_a, pack_b, correction=fixed)
 
-    def body(ctx: KernelContext, args: list[ir.Argument]) -> None:
-        a, bm, c, m, n, k, lda, ldb, ldc, mc_max, nc_max, kc_max = args
-        b = ctx.builder
-        groups = -(-lim["kc"] // group)
-        pack_a = ctx.local_array(I32, lim["mc"] * groups)
-        pack_b = ctx.local_array(I32, -(-lim["nc"] // nr) * nr * groups)
-        corr = ctx.local_array(I32, -(-lim["nc"] // nr) * nr) if fixed else None
-        i0 = b.mul(ctx.program_id(1), mc_max)
-        j0 = b.mul(ctx.program_id(0), nc_max)
-        mc = imin(b, mc_max, b.sub(m, i0))
-        nc = imin(b, nc_max, b.sub(n, j0))
-        a_blk = elem_ptr(b, a, I8, b.mul(i0, lda))
-        c_blk = elem_ptr(b, c, I32, b.add(b.mul(i0, ldc), j0))
-        with for_range(b, i64(0), k, kc_max, name="pc") as p0:
-            kc = imin(b, kc_max, b.sub(k, p0))
-            b_src = (elem_ptr(b, bm, I8, b.add(b.mul(p0, ldb), j0)), I8, ldb)
-            panels_mod.emit_pack_b(b, geo, b_src, pack_b, (kc, nc), combine, (corr, -128) if fixed else None)
-            panels_mod.emit_pack_a(b, geo, (elem_ptr(b, a_blk, I8, p0), I8, lda), pack_a, (kc, mc), convert)
-            first = b.icmp_signed("==", p0, i64(0))
-            sizes = (ceil_div(b, kc, group), mc, nc, ldc)
-            packed = (pack_a, pack_b)
-            panels_mod.emit_micro_loops(b, geo, micro, packed, c_blk, I32, sizes, first, corr if fixed else None)
 
-    target.define_kernel(module, KERNEL, [PTR, PTR, PTR] + [ir.IntType(64)] * 9, body)
-    return module
+def build(target: CPUTarget, dtype: str = "int8", config: Mapping[str, Any] | None = None) -> ir.Module:
+    """The int8 GEMM module for the host CPU ``target`` (:func:`.llvm_driver.build`), C int32, with
+    ``config``'s register tile or the derived one."""
+    return driver.build(target, parts(target, dtype, config))
 
 
 def blocking(shape: Shape, target: CPUTarget, workers: int = 1) -> dict[str, int]:
-    """mc/nc/kc (:func:`.llvm_panels.blocking`) from the target's caches."""
-    return panels_mod.blocking(panels(target), shape, target, workers)
+    """mc/nc/kc as :func:`.llvm_driver.blocking` derives them from the target's caches."""
+    return driver.blocking(tile(target), target, shape, workers)
 
 
-def launch(
-    shape: Shape, dtype: str, target: LLVMTarget, workers: int = 1, blocks: Mapping[str, int] | None = None
-) -> Launch:
-    """``gemm(A, B, C, M, N, K, lda, ldb, ldc, mc, nc, kc)`` over ``(ceil(N/nc), ceil(M/mc))``
-    programs; the record's config says which path (``vnni`` or ``widening``) and scheme the code
-    takes, its tile and blocking and what they were derived from."""
-    if not isinstance(target, CPUTarget):
-        raise TypeError(f"no int8 GEMM lowering for {type(target).__name__}")
-    return panels_mod.launch(panels(target), shape, target, workers, blocks, {"instruction": instruction(target)})
-
-
-def prepare_cpu(
-    inputs: dict[str, np.ndarray],
-    shape: dict[str, int],
-    threads: int | None = None,
-    blocks: dict[str, int] | None = None,
-    target: CPUTarget | None = None,
-) -> PreparedKernel:
-    """Bind int8 ``C = A @ B`` (C int32) for the host CPU, or ``target`` (another feature set or
-    ISA level, for tests); ``blocks`` overrides the cache blocking."""
-    extra = {"instruction": instruction(target or host_target())}
-    return panels_mod.prepare(panels, build, inputs, shape, threads, blocks, target, extra)
+def prepare_cpu(inputs: dict[str, np.ndarray], shape: dict[str, int], **options: Any) -> PreparedKernel:
+    """Bind int8 ``C = A @ B`` (C int32) for the host CPU; ``options`` are :func:`.llvm_driver.prepare`'s
+    ``threads``, ``blocks`` (the cache blocking) and ``target`` (another feature set or ISA level)."""
+    return driver.prepare(tile, build, inputs, shape, **options)
