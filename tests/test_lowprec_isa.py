@@ -194,3 +194,60 @@ def test_int8_pairs_in_plain_vector_ir_are_exact(monkeypatch: pytest.MonkeyPatch
         assert _int8(other, {"M": m, "N": n, "K": k})["instruction"] == "generic"
     ends = {"A": np.full((3, 4095), -128, dtype=np.int8), "B": np.full((4095, 9), -128, dtype=np.int8)}
     _int8(other, {"M": 3, "N": 9, "K": 4095}, ends)
+
+
+# --- tuning: int8 and bf16 candidates, and the one cache blocking of every dtype -------------------
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bf16"])
+@pytest.mark.parametrize("level", ["x86-64-v3", None], ids=["v3", "host"])
+def test_tuned_low_precision_candidates_keep_parity(dtype: str, level: str | None) -> None:
+    from hwbench.kernels.gemm import llvm
+    from hwbench.kernels.llvmir import cpu_launch
+
+    target = _target(level) if level else target_mod.host_target()
+    for m, n, k in ODD[1:]:
+        shape = {"M": m, "N": n, "K": k}
+        space = llvm.tuning_space(target, dtype, shape)
+        derived = llvm.launch(shape, dtype, target, 2).config
+        assert space and all(space[0][key] == derived[key] for key in ("mc", "nc", "kc"))  # the derived first
+        inputs = GEMM.make_inputs(shape, dtype, seed=7)
+        ref = GEMM.reference(inputs, shape)
+        for config in (space[0], space[1 % len(space)], space[-1]):  # a blocking variant, another tile
+            plan = llvm.launch(shape, dtype, target, 2, config=config)
+            assert all(plan.config[key] == value for key, value in config.items()), (config, plan.config)
+            kernel = cpu_launch.prepare(llvm.build, inputs, dtype, plan, 2, target)
+            kernel.run()
+            if dtype == "int8":
+                assert np.array_equal(kernel.output.astype(np.int64), ref.astype(np.int64)), (shape, config)
+            else:
+                assert check(kernel.output, ref, GEMM.tolerance("fp32", shape)).passed, (shape, config)
+    if derived["path"] != "amx":  # AMX's tile is fixed: its space is its blocking alone
+        assert any((c["MR"], c["NR_VECTORS"]) != (derived["MR"], derived["NR_VECTORS"]) for c in space)
+
+
+def test_every_dtype_takes_the_one_blocking_from_the_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwbench.kernels.gemm import llvm
+
+    seen: list[str] = []
+    blocking = llvm_driver.blocking
+
+    def spy(tile: object, target: object, shape: dict[str, int], workers: int = 1) -> dict[str, int]:
+        seen.append(tile.dtype)
+        return blocking(tile, target, shape, workers)
+
+    monkeypatch.setattr(llvm_driver, "blocking", spy)
+    shape = {"M": 2048, "N": 2048, "K": 2048}
+    for level in ("x86-64-v3", None):
+        target = _target(level) if level else target_mod.host_target()
+        blocks: dict[str, list[dict[str, int]]] = {}
+        for l1, l2 in ((32 * 2**10, 256 * 2**10), (64 * 2**10, 4 * 2**20)):
+            fake = copy.copy(target)
+            fake.description = dataclasses.replace(target.description, caches=cpu_model.Caches(l1, l2, 2**25, "t"))
+            for dtype in ("fp32", "fp64", "int8", "bf16"):
+                config = llvm.launch(shape, dtype, fake, 2).config
+                blocks.setdefault(dtype, []).append({key: config[key] for key in ("mc", "nc", "kc")})
+                assert config["derived_from"]["l2_bytes"] == l2 and "L2" in config["derived_from"]["blocking"]
+        for dtype, (small, large) in blocks.items():
+            assert small != large, (level, dtype, small)  # the caches change every dtype's blocking
+    assert {"fp32", "fp64", "int8", "bf16"} <= set(seen)
