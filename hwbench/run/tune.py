@@ -15,7 +15,8 @@ candidate starts only when the time it is expected to take (the slowest candidat
 for the first one its timed calls three times over) still fits; the device's total may pass its
 budget by at most one candidate's misestimate.
 
-The candidates run in the worker process (:mod:`hwbench.run.worker`), one request each: one that
+The candidates run in the worker process (:mod:`hwbench.run.worker`, which holds the child's
+side: :func:`~hwbench.run.worker.tune_answer`), one request each: one that
 crashes it (a JIT kernel's segfault) is dropped saying how the worker died, and the next request
 starts a fresh worker; one that hangs is cut at ten times the slowest candidate so far (at least
 :data:`HANG_FLOOR_S`) or where the case's budget ends, whichever comes first. This process keeps
@@ -29,13 +30,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hwbench.core.errors import NotApplicable
 from hwbench.core.records import now
 from hwbench.core.tuning import Entry, Space, TuningKey, TuningStore, shape_class
-from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseSkipped, Pipeline, error_line
-from hwbench.run.stats import summarize
+from hwbench.run.case import CaseRequest
 from hwbench.run.timing import TimingConfig
-from hwbench.run.worker import Worker, WorkerDied
+from hwbench.run.worker import Tried, Worker, WorkerDied
 
 #: Seconds of tuning per device when no budget is given (``run --tune``, ``hwbench tune``).
 TUNE_BUDGET_S = 60.0
@@ -46,18 +45,6 @@ CANDIDATE_S = (0.02, 0.3)
 SETUP_TIMEOUT_S = 120.0
 #: A candidate is hung past this many times the slowest one timed so far, and at least this many seconds.
 HANG_FACTOR, HANG_FLOOR_S = 10.0, 10.0
-
-
-@dataclass(frozen=True)
-class Tried:
-    """One candidate: its configuration and median, or why it was dropped."""
-
-    config: dict[str, Any]
-    median_s: float | None
-    reason: str = ""
-    wall_s: float = 0.0
-    #: Whether it crashed the worker or hung (the worker was killed).
-    died: bool = False
 
 
 @dataclass
@@ -115,72 +102,6 @@ def candidate_timing(budget_s: float, candidates: int) -> TimingConfig:
     :data:`CANDIDATE_S`; flushed as a run's are; no energy windows."""
     each = min(max(budget_s / max(candidates, 1) / 3, CANDIDATE_S[0]), CANDIDATE_S[1])
     return TimingConfig(warmup_s=each / 5, budget_s=each, min_samples=5, max_samples=200, target_cv=0.02, energy_s=0.0)
-
-
-def time_candidate(pipeline: Pipeline, case: Case, config: dict[str, Any], timing: TimingConfig) -> Tried:
-    """Prepare ``case`` in ``config``, check its first output, time it, check it again."""
-    start = time.perf_counter()
-
-    def dropped(why: str) -> Tried:
-        return Tried(config, None, why, time.perf_counter() - start)
-
-    inputs = pipeline.inputs(case)
-    try:
-        prepare: Any = case.backend.prepare  # a tunable backend's prepare takes a candidate
-        prepared = prepare(case.impl, case.kernel, inputs, case.shape, case.dtype, case.device, config=config)
-    except NotApplicable as exc:
-        return dropped(f"not applicable: {exc}")
-    except Exception as exc:
-        return dropped(f"preparing failed: {error_line(exc)}")
-    try:
-        _, why = pipeline.parity(case, pipeline.first_output(prepared))
-        if why:
-            return dropped(f"wrong result: {why}")
-        cleared = pipeline.clear(prepared)
-        samples = pipeline.time(case, prepared, timing).samples
-        _, why = pipeline.recheck(case, prepared, cleared)
-    except CaseFailed as fail:
-        return dropped(fail.reason)
-    if why:
-        return dropped(why)
-    return Tried(config, summarize(samples).median, "", time.perf_counter() - start)
-
-
-def _space(case: Case) -> Space | str:
-    """The case's space, or why it has none (a string)."""
-    offer = getattr(case.backend, "tuning_space", None)
-    if case.impl.kind == "native":
-        return "a native library chooses its own configuration"
-    if offer is None:
-        return f"the {case.backend.name} backend offers no tuning space"
-    space: Space | None = offer(case.impl, case.kernel, case.shape, case.dtype, case.device)
-    if space is None or not space.candidates:
-        return (
-            space.note if space is not None else ""
-        ) or f"{case.impl.name} has no tuning space on {case.backend.name}"
-    return space
-
-
-def answer(message: dict[str, Any], pipeline: Pipeline) -> dict[str, Any]:
-    """The worker's answer to one tuning request (``tune_space``, ``tune_ready`` or
-    ``tune_candidate``); every failure but a crash or a hang is an answer."""
-    request = CaseRequest(**message["case"])
-    try:
-        if message["op"] == "tune_space":
-            space = _space(pipeline.resolve(request, probe=True))
-            if isinstance(space, str):
-                return {"status": "untunable", "reason": space}
-            return {"status": "ok", "key": space.key.as_json(), "candidates": space.candidates, "note": space.note}
-        case = pipeline.resolve(request)
-        if message["op"] == "tune_ready":
-            pipeline.reference(case)
-            return {"status": "ok"}
-        tried = time_candidate(pipeline, case, dict(message["config"]), TimingConfig(**message["timing"]))
-        return {"status": "ok", "tried": asdict(tried)}
-    except (CaseSkipped, NotApplicable) as skip:
-        return {"status": "skipped", "reason": str(skip)}
-    except Exception as exc:
-        return {"status": "failed", "reason": f"{message['op']} failed: {error_line(exc)}"}
 
 
 @dataclass(frozen=True)

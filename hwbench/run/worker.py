@@ -5,6 +5,10 @@ dedicated file descriptor, so whatever a driver prints cannot corrupt the protoc
 the child dies or a request outlives its timeout, the parent kills the child's whole
 process group, turns the request into a ``crashed`` or ``timeout`` answer, and starts a
 fresh child for the next one.
+
+Besides whole cases the child answers the tuner's requests (:mod:`hwbench.run.tune`, which drives
+it): a case's space, its inputs and reference, and one candidate prepared, checked and timed
+(:func:`tune_answer`), so that a candidate that crashes or hangs takes only the child with it.
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from hwbench.core.errors import NotApplicable
 from hwbench.core.records import finite
 from hwbench.core.registry import get_backend
-from hwbench.run.case import CaseRequest, CaseRunner, error_line
+from hwbench.core.tuning import Space
+from hwbench.run.case import Case, CaseFailed, CaseRequest, CaseRunner, CaseSkipped, Pipeline, error_line
 from hwbench.run.describe import describe_backend, describe_host, remeasured_peak
+from hwbench.run.stats import summarize
+from hwbench.run.timing import TimingConfig
 
 #: Exit code a child uses for "asked to stop".
 _CLEAN_EXIT = 0
@@ -186,10 +195,7 @@ def _handle(message: dict[str, Any], runner: Any) -> dict[str, Any]:
             device = next(d for d in runner.devices(backend) if d.index == message["index"])
             return remeasured_peak(backend, device)
         if op in ("tune_space", "tune_ready", "tune_candidate"):
-            # The tuner drives this worker and so imports this module: imported here, not at the top.
-            from hwbench.run.tune import answer
-
-            return answer(message, runner.pipeline)
+            return tune_answer(message, runner.pipeline)
         if op == "sensors":
             devices = [(d["backend"], d["device_index"], d.get("device")) for d in message["devices"]]
             return {"sensors": [runner.sensors.entry(*device) for device in devices]}
@@ -255,6 +261,87 @@ def describe_sensors(worker: Worker, doc: dict[str, Any], timeout: float) -> lis
         return f"the sensors were not described: {died.reason}"
     sensors: list[dict[str, Any]] | None = answer.get("sensors")
     return sensors if sensors is not None else f"the sensors were not described: {answer.get('error')}"
+
+
+# --- the child's side of tuning (hwbench.run.tune drives it and keeps the budget) ---
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One candidate: its configuration and median, or why it was dropped."""
+
+    config: dict[str, Any]
+    median_s: float | None
+    reason: str = ""
+    wall_s: float = 0.0
+    #: Whether it crashed the worker or hung (the worker was killed).
+    died: bool = False
+
+
+def time_candidate(pipeline: Pipeline, case: Case, config: dict[str, Any], timing: TimingConfig) -> Tried:
+    """Prepare ``case`` in ``config``, check its first output, time it, check it again."""
+    start = time.perf_counter()
+
+    def dropped(why: str) -> Tried:
+        return Tried(config, None, why, time.perf_counter() - start)
+
+    inputs = pipeline.inputs(case)
+    try:
+        prepare: Any = case.backend.prepare  # a tunable backend's prepare takes a candidate
+        prepared = prepare(case.impl, case.kernel, inputs, case.shape, case.dtype, case.device, config=config)
+    except NotApplicable as exc:
+        return dropped(f"not applicable: {exc}")
+    except Exception as exc:
+        return dropped(f"preparing failed: {error_line(exc)}")
+    try:
+        _, why = pipeline.parity(case, pipeline.first_output(prepared))
+        if why:
+            return dropped(f"wrong result: {why}")
+        cleared = pipeline.clear(prepared)
+        samples = pipeline.time(case, prepared, timing).samples
+        _, why = pipeline.recheck(case, prepared, cleared)
+    except CaseFailed as fail:
+        return dropped(fail.reason)
+    if why:
+        return dropped(why)
+    return Tried(config, summarize(samples).median, "", time.perf_counter() - start)
+
+
+def space_of(case: Case) -> Space | str:
+    """The case's space, or why it has none (a string)."""
+    offer = getattr(case.backend, "tuning_space", None)
+    if case.impl.kind == "native":
+        return "a native library chooses its own configuration"
+    if offer is None:
+        return f"the {case.backend.name} backend offers no tuning space"
+    space: Space | None = offer(case.impl, case.kernel, case.shape, case.dtype, case.device)
+    if space is None or not space.candidates:
+        return (
+            space.note if space is not None else ""
+        ) or f"{case.impl.name} has no tuning space on {case.backend.name}"
+    return space
+
+
+def tune_answer(message: dict[str, Any], pipeline: Pipeline) -> dict[str, Any]:
+    """The worker's answer to one tuning request (``tune_space``, ``tune_ready`` or
+    ``tune_candidate``); every failure but a crash or a hang is an answer."""
+    request = CaseRequest(**message["case"])
+    try:
+        if message["op"] == "tune_space":
+            space = space_of(pipeline.resolve(request, probe=True))
+            if isinstance(space, str):
+                return {"status": "untunable", "reason": space}
+            return {"status": "ok", "key": space.key.as_json(), "candidates": space.candidates, "note": space.note}
+        case = pipeline.resolve(request)
+        if message["op"] == "tune_ready":
+            pipeline.reference(case)
+            return {"status": "ok"}
+        tried = time_candidate(pipeline, case, dict(message["config"]), TimingConfig(**message["timing"]))
+        return {"status": "ok", "tried": asdict(tried)}
+    except (CaseSkipped, NotApplicable) as skip:
+        return {"status": "skipped", "reason": str(skip)}
+    except Exception as exc:
+        return {"status": "failed", "reason": f"{message['op']} failed: {error_line(exc)}"}
 
 
 if __name__ == "__main__":
