@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,31 +30,8 @@ from hwbench.core.tuning import Entry, TuningStore
 pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-GiB = 2**30
-#: torch on CUDA 13, an H200 (gcnArchName is the device's name on CUDA builds).
-H200_ON_CUDA = SimpleNamespace(
-    name="NVIDIA H200",
-    gcnArchName="NVIDIA H200",
-    major=9,
-    minor=0,
-    multi_processor_count=132,
-    total_memory=140 * GiB,
-    L2_cache_size=60 * 2**20,
-    warp_size=32,
-    shared_memory_per_block=48 * 1024,
-)
-#: torch on ROCm, an MI300X.
-MI300X_ON_HIP = SimpleNamespace(
-    name="AMD Instinct MI300X",
-    gcnArchName="gfx942:sramecc+:xnack-",
-    major=9,
-    minor=4,
-    multi_processor_count=304,
-    total_memory=192 * GiB,
-    L2_cache_size=4 * 2**20,
-    warp_size=64,
-    shared_memory_per_block=64 * 1024,
-)
+from test_gpu_arch import H200_ON_CUDA, MI300X_ON_HIP  # noqa: E402  (the fake devices as torch reports them)
+
 GPUS = {"cuda": (H200_ON_CUDA, "13.0", None), "rocm": (MI300X_ON_HIP, None, "7.0.0")}
 GEMM = {"M": 48, "N": 40, "K": 64}
 ATTENTION = {"batch": 1, "heads": 2, "seq_q": 33, "seq_k": 33, "head_dim": 64, "causal": 1}
