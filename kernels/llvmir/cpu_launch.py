@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from hwbench.core.dtypes import output_dtype, storage_dtype
 from hwbench.core.launch import OUTPUT, Launch
+from hwbench.kernels.llvmir import spin
 from hwbench.kernels.llvmir.jit import CompiledModule, get_or_compile
 from hwbench.kernels.llvmir.target import CPUTarget, host_target
 
@@ -35,7 +36,11 @@ def default_threads() -> int:
 
 
 class WorkerPool:
-    """``n`` persistent workers; worker 0 is the calling thread itself."""
+    """``n`` persistent workers; worker 0 is the calling thread itself.
+
+    Between launches each worker spins (:mod:`.spin`, in native code with the GIL released) for
+    about :data:`~.spin.SPIN_S` before it sleeps on its lock, so a launch soon after the last one
+    finds it awake; each launch bumps a generation counter the spin watches."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -44,14 +49,21 @@ class WorkerPool:
         self._done = [threading.Lock() for _ in range(n)]
         self._errors: list[BaseException] = []
         self._launch_lock = threading.Lock()
+        self._generation = np.zeros(8, dtype=np.int64)  # its own cache line
+        self._wait = spin.waiter() if n > 1 else None
+        self._spins = spin.iterations_for() if n > 1 else 0
         for w in range(1, n):
             self._start[w].acquire()
             self._done[w].acquire()
             threading.Thread(target=self._loop, args=(w,), daemon=True, name=f"hwbench-llvm-{w}").start()
 
     def _loop(self, w: int) -> None:
+        seen = 0
         while True:
+            if self._wait is not None:  # awake for the next launch if it comes soon
+                self._wait(self._generation.ctypes.data, seen, self._spins)
             self._start[w].acquire()
+            seen = int(self._generation[0])
             try:
                 self._job(w)  # type: ignore[misc]
             except BaseException as exc:  # surfaced by launch()
@@ -63,6 +75,7 @@ class WorkerPool:
         n = self.n if n is None else min(n, self.n)
         with self._launch_lock:
             self._job = job
+            self._generation[0] += 1
             for w in range(1, n):
                 self._start[w].release()
             try:
