@@ -268,3 +268,58 @@ def test_the_opencl_c_gemm_space_starts_with_the_derived_tile_and_launches_each(
         for config in space:
             plan = opencl.launch(SHAPE, "fp32", kind, lanes, config=config)
             assert plan.defines == config and plan.local == (config["WG0"], 1)
+
+
+class _ScriptedTuner:
+    """A tuner whose candidates' medians come from a script: per configuration, one median per timing."""
+
+    def __init__(self, medians: dict[int, list[float]]) -> None:
+        self.medians = {k: list(v) for k, v in medians.items()}
+        self.calls: list[int] = []
+
+    def ready(self, request: CaseRequest) -> Any:
+        from hwbench.run.tune import Listing
+
+        return Listing("ok")
+
+    def candidate(self, request: CaseRequest, config: dict[str, Any], timing: Any, cut: float) -> Any:
+        from hwbench.run.worker import Tried
+
+        self.calls.append(config["id"])
+        script = self.medians[config["id"]]
+        return Tried(config, script.pop(0) if len(script) > 1 else script[0])
+
+
+def _scripted(tmp_path: Path, medians: dict[int, list[float]], budget_s: float = 100.0) -> tuple[Any, _ScriptedTuner]:
+    from hwbench.run.tune import tune_case
+
+    device = DeviceInfo("tunefake", 0, "fake device", "tests", "cpu", arch="fake1", driver="1.0")
+    impl = Implementation("gemm", "sleepy", "portable", "fake", "sleeps", ("fp32",), "hwbench.kernels.gemm.spec")
+    key = key_for(device, impl, "fp32", {"M": 8, "N": 8, "K": 8}, {"fake": "scripted"})
+    space = Space(key, [{"id": i} for i in sorted(medians)])
+    request = CaseRequest("gemm", "sleepy", "tunefake", 0, "fp32", {"M": 8, "N": 8, "K": 8})
+    ticks = iter(range(10**6))
+    tuner = _ScriptedTuner(medians)
+    result = tune_case(tuner, request, space, budget_s, budget_s, lambda: float(next(ticks)) * 1e-3,
+                       TuningStore(tmp_path))  # fmt: skip
+    return result, tuner
+
+
+def test_one_lucky_timing_does_not_displace_the_derived_configuration(tmp_path: Path) -> None:
+    # candidate 2 timed fast once, then as slow as the derived one: re-timing keeps the derived
+    result, tuner = _scripted(tmp_path, {0: [1.0, 1.0, 1.0, 1.0], 1: [1.5], 2: [0.6, 1.0, 0.99, 1.01]})
+    assert result.status == "tuned" and result.entry is not None
+    assert result.entry.config == {"id": 0}
+    assert sorted(result.confirmed) == [0, 1, 2] and len(result.confirmed[2]) == 4  # first + 3 rounds
+    assert tuner.calls[:3] == [0, 1, 2]
+
+
+def test_a_candidate_faster_on_every_re_timing_wins(tmp_path: Path) -> None:
+    result, _ = _scripted(tmp_path, {0: [1.0], 1: [0.8, 0.81, 0.79, 0.8], 2: [0.9]})
+    assert result.entry is not None and result.entry.config == {"id": 1}
+    assert result.entry.median_s == pytest.approx(0.8, abs=0.011) and result.entry.derived_median_s == 1.0
+
+
+def test_no_re_timing_where_the_budget_ran_out(tmp_path: Path) -> None:
+    result, tuner = _scripted(tmp_path, {0: [1.0], 1: [0.5], 2: [0.7], 3: [0.9]}, budget_s=0.002)
+    assert result.confirmed == {} and len(tuner.calls) < 4
