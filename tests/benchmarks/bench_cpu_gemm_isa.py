@@ -20,7 +20,7 @@ import os
 import time
 
 import numpy as np
-from bench_llvm_vs_native import compare
+from bench_llvm_vs_native import compare, time_calls
 
 from hwbench.kernels.gemm import llvm as gemm
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
@@ -58,13 +58,12 @@ def _search(inputs, shape, dtype, target, ref, seconds: float) -> tuple[dict, fl
         if not check(kernel.output, ref, GEMM.tolerance(dtype, shape)).passed:
             print(f"  candidate {config} fails parity: left out")
             continue
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            kernel.run()
-            times.append(time.perf_counter() - t0)
-        if best is None or min(times) < best[0]:
-            best = (min(times), config)
+        times = time_calls(kernel.run, 5, 0.1)
+        while sum(times) < 0.15:
+            times += time_calls(kernel.run, 5)
+        median = float(np.median(times))
+        if best is None or median < best[0]:
+            best = (median, config)
     assert best is not None
     return best[1], best[0]
 
@@ -76,6 +75,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--search-s", type=float, default=20.0, help="search time per shape")
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES), help="MxNxK,...")
+    parser.add_argument("--warm-s", type=float, default=0.3, help="untimed calls before each timed block")
     args = parser.parse_args()
     target = CPUTarget(isa_level=args.isa)
     desc = target.description
@@ -88,7 +89,7 @@ def main() -> None:
     print(
         f"{'shape':<16} {'derived':>9} {'searched':>9} {'numpy':>9}  GFLOPS   derived/np searched/np  searched config"
     )
-    for m, n, k in SHAPES:
+    for m, n, k in (tuple(int(v) for v in text.split("x")) for text in args.shapes.split(",")):
         shape = {"M": m, "N": n, "K": k}
         inputs = GEMM.make_inputs(shape, args.dtype, seed=1)
         ref = GEMM.reference(inputs, shape)
@@ -105,6 +106,7 @@ def main() -> None:
             args.reps,
             args.rounds,
             0.05,
+            args.warm_s,
         )
         flops = 2.0 * m * n * k
         g = {name: flops / t / 1e9 for name, t in medians.items()}

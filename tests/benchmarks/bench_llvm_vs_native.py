@@ -28,8 +28,11 @@ def _import_kernels():
     return gemm, attn
 
 
-def _time(fn: Callable[[], object], reps: int) -> list[float]:
+def time_calls(fn: Callable[[], object], reps: int, warm_s: float = 0.0) -> list[float]:
     fn()
+    until = time.perf_counter() + warm_s
+    while time.perf_counter() < until:  # a core woken from idle runs slow for its first calls
+        fn()
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -38,14 +41,17 @@ def _time(fn: Callable[[], object], reps: int) -> list[float]:
     return out
 
 
-def compare(contenders: dict[str, Callable[[], object]], reps: int, rounds: int, pause: float) -> dict[str, float]:
-    """Median seconds per contender over ``rounds`` alternating blocks of ``reps``."""
+def compare(
+    contenders: dict[str, Callable[[], object]], reps: int, rounds: int, pause: float, warm_s: float = 0.0
+) -> dict[str, float]:
+    """Median seconds per contender over ``rounds`` alternating blocks of ``reps``, each block after
+    ``warm_s`` seconds of untimed calls."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(rounds):
         order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
         for name in order:
             time.sleep(pause)
-            samples[name] += _time(contenders[name], reps)
+            samples[name] += time_calls(contenders[name], reps, warm_s)
     return {name: float(np.median(ts)) for name, ts in samples.items()}
 
 
