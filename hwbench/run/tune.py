@@ -39,7 +39,7 @@ from hwbench.run.worker import Tried, Worker, WorkerDied
 #: Seconds of tuning per device when no budget is given (``run --tune``, ``hwbench tune``).
 TUNE_BUDGET_S = 60.0
 #: Seconds of timed calls per candidate, at least and at most (the budget decides between them).
-CANDIDATE_S = (0.02, 0.3)
+CANDIDATE_S = (0.02, 1.0)
 #: Seconds the worker may take to list a case's space or make its inputs and reference (a
 #: backend's first probe may measure its device).
 SETUP_TIMEOUT_S = 120.0
