@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Peak, Prepared, present
+from hwbench.core.binary_cache import binary_key
 from hwbench.core.host import (
     blas_info,
     blas_label,
@@ -106,13 +107,17 @@ class HostKernel(Prepared):
         return True
 
 
-def _tuning_key(impl: Implementation, shape: Shape, dtype: str, device: DeviceInfo, threads: int) -> TuningKey:
+def _tuning_key(
+    impl: Implementation, shape: Shape, dtype: str, device: DeviceInfo, threads: int, features: str
+) -> TuningKey:
     """A CPU case's tuning key: the device, llvmlite's and LLVM's versions, the cores the kernel
-    runs on and any ISA restriction (``HWBENCH_CPU_ISA``)."""
+    runs on, any ISA restriction (``HWBENCH_CPU_ISA``) and the LLVM features the code is compiled
+    with (two hosts of one model may expose different features: a hypervisor may hide AVX-512)."""
     software = {
         "llvmlite": package_version("llvmlite"),
         "threads": threads,
         "isa": os.environ.get("HWBENCH_CPU_ISA", ""),
+        "features": binary_key(features),
     }
     return key_for(device, impl, dtype, shape, software, ("hwbench.kernels.llvmir",))
 
@@ -286,7 +291,7 @@ class CPUBackend(Backend):
 
         source = importlib.import_module(impl.entry)
         target, threads = host_target(), cpu_launch.default_threads()
-        chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device, threads), config)
+        chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device, threads, target.features), config)
         try:
             plan = source.launch(shape, dtype, target, threads, **({} if chosen is None else {"config": chosen}))
         except ValueError as exc:  # a tuned entry the kernel no longer takes: the derived one runs
@@ -309,10 +314,11 @@ class CPUBackend(Backend):
         from hwbench.kernels.llvmir.target import host_target  # needs llvmlite (see above)
 
         source = importlib.import_module(impl.entry)
-        key = _tuning_key(impl, shape, dtype, device, cpu_launch.default_threads())
+        target = host_target()
+        key = _tuning_key(impl, shape, dtype, device, cpu_launch.default_threads(), target.features)
         if not hasattr(source, "tuning_space"):
             return Space(key, [], f"{impl.name} has no tuning space on the CPU")
-        found = source.tuning_space(host_target(), dtype, shape)
+        found = source.tuning_space(target, dtype, shape)
         return Space(key, [dict(c) for c in found], "" if found else f"no tunable {impl.name} {dtype} kernel here")
 
     def compile_errors(self) -> tuple[type[BaseException], ...]:

@@ -23,6 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import llvmlite.binding as llvm
+from llvmlite import ir
+
 from hwbench.kernels.llvmir.cpu_model import CPUDescription
 from hwbench.kernels.llvmir.jit import compile_module
 from hwbench.kernels.llvmir.target import CPUTarget
@@ -93,8 +96,6 @@ def add_chain_asm(triple: str) -> str | None:
 
 def _spin(module: Any, asm: str) -> None:
     """``i64 spin(i64 n)``: n iterations of :data:`ADDS_PER_ITERATION` dependent adds."""
-    from llvmlite import ir
-
     i64 = ir.IntType(64)
     spin = ir.Function(module, ir.FunctionType(i64, [i64]), "spin")
     b = ir.IRBuilder(spin.append_basic_block("entry"))
@@ -117,8 +118,6 @@ def build(loop: FMALoop, with_clock: bool = True) -> Any:  # -> llvmlite.ir.Modu
     """The module of ``void fmas(i64 n, float* io)`` (``loop.chains`` accumulators, ``n`` rounds
     each, the multiplier and addend read from ``io``) and, ``with_clock``, of :func:`add_chain_asm`'s
     ``spin``; for ``loop.triple``, which need not be the host's."""
-    from llvmlite import ir
-
     i64, f32 = ir.IntType(64), ir.FloatType()
     vec = ir.VectorType(f32, loop.lanes)
     module = ir.Module("hwbench_cpu_peak")
@@ -165,8 +164,6 @@ def assembly(module: Any, cpu_name: str, features: str, opt: int = 3) -> str:
     """``module``'s machine code as assembly text after the O``opt`` pipeline the JIT runs, for
     its own triple (another ISA's too: a cross-compiled target's, to inspect, built without inline
     assembly, which only the host's parser reads)."""
-    import llvmlite.binding as llvm
-
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     llvm.initialize_native_asmparser()  # the host's inline assembly (llvmlite has no other ISA's parser)
@@ -239,8 +236,6 @@ def measure_peak(target: CPUTarget, rounds: int = ROUNDS, length: float = 1.0) -
     description: CPUDescription = target.description
     if add_chain_asm(target.triple) is None:
         raise RuntimeError(f"no clock measurement for {target.triple}")
-    import llvmlite.binding as llvm
-
     llvm.initialize_native_target()
     llvm.initialize_native_asmparser()  # inline assembly needs the parser, not just the printer
     loop = FMALoop.for_target(target.triple, target.features, description)

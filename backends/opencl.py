@@ -357,9 +357,11 @@ def _tuning_key(impl: Implementation, shape: Shape, dtype: str, device: DeviceIn
     """An OpenCL case's tuning key: the device, its driver, pyopencl's version (and llvmlite's,
     which lowers a llvmlite source to SPIR-V)."""
     software = {"pyopencl": package_version("pyopencl")}
+    lowering: tuple[str, ...] = ("hwbench.kernels",)
     if impl.language == "llvmlite":
         software["llvmlite"] = package_version("llvmlite")
-    return key_for(device, impl, dtype, shape, software, ("hwbench.kernels",))
+        lowering += ("hwbench.kernels.llvmir",)  # the SIMT interface and the SPIR-V lowering
+    return key_for(device, impl, dtype, shape, software, lowering)
 
 
 def simt_limits(device: DeviceInfo) -> Any:

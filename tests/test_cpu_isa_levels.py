@@ -303,3 +303,23 @@ def test_run_at_x86_64_v3_says_so_in_its_records(tmp_path) -> None:
     derived = records["llvm"]["config"]["derived_from"]
     assert derived["isa_level"] == "x86-64-v3 (restricted)" and derived["vector_bits"] == 256
     assert (records["llvm"]["config"]["MR"], records["llvm"]["config"]["NR_VECTORS"]) == (6, 2)
+
+
+def test_the_hosts_own_level_restricts_nothing() -> None:
+    host = host_target()
+    level = _host_level()
+    if level == "x86-64" or not host.triple.startswith("x86_64"):
+        pytest.skip("not an x86-64-v2 or higher host")
+    assert CPUTarget(isa_level=level).features == host.features
+
+
+def test_the_cpu_tuning_key_names_the_compiled_features() -> None:
+    from hwbench.backends import cpu
+    from hwbench.core.registry import get_backend
+
+    backend = get_backend("cpu")
+    device = backend.devices()[0]
+    impl = next(i for i in backend.implementations("gemm") if i.kind != "native")
+    shape = {"M": 64, "N": 64, "K": 64}
+    keys = {cpu._tuning_key(impl, shape, "fp32", device, 2, f) for f in ("+avx2,+avx512f", "+avx2,-avx512f")}
+    assert len(keys) == 2  # a host whose hypervisor hides AVX-512 finds no entry tuned with it

@@ -273,13 +273,15 @@ def test_the_opencl_c_gemm_space_starts_with_the_derived_tile_and_launches_each(
 class _ScriptedTuner:
     """A tuner whose candidates' medians come from a script: per configuration, one median per timing."""
 
-    def __init__(self, medians: dict[int, list[float]]) -> None:
+    def __init__(self, medians: dict[int, list[float | None]]) -> None:
         self.medians = {k: list(v) for k, v in medians.items()}
         self.calls: list[int] = []
+        self.readied = 0
 
     def ready(self, request: CaseRequest) -> Any:
         from hwbench.run.tune import Listing
 
+        self.readied += 1
         return Listing("ok")
 
     def candidate(self, request: CaseRequest, config: dict[str, Any], timing: Any, cut: float) -> Any:
@@ -287,10 +289,13 @@ class _ScriptedTuner:
 
         self.calls.append(config["id"])
         script = self.medians[config["id"]]
-        return Tried(config, script.pop(0) if len(script) > 1 else script[0])
+        median = script.pop(0) if len(script) > 1 else script[0]
+        return Tried(config, median, "" if median is not None else "wrong results after timing")
 
 
-def _scripted(tmp_path: Path, medians: dict[int, list[float]], budget_s: float = 100.0) -> tuple[Any, _ScriptedTuner]:
+def _scripted(
+    tmp_path: Path, medians: dict[int, list[float | None]], budget_s: float = 100.0
+) -> tuple[Any, _ScriptedTuner]:
     from hwbench.run.tune import tune_case
 
     device = DeviceInfo("tunefake", 0, "fake device", "tests", "cpu", arch="fake1", driver="1.0")
@@ -323,3 +328,25 @@ def test_a_candidate_faster_on_every_re_timing_wins(tmp_path: Path) -> None:
 def test_no_re_timing_where_the_budget_ran_out(tmp_path: Path) -> None:
     result, tuner = _scripted(tmp_path, {0: [1.0], 1: [0.5], 2: [0.7], 3: [0.9]}, budget_s=0.002)
     assert result.confirmed == {} and len(tuner.calls) < 4
+
+
+def test_a_case_whose_share_fits_no_candidate_makes_no_reference(tmp_path: Path) -> None:
+    result, tuner = _scripted(tmp_path, {0: [1.0], 1: [0.5]}, budget_s=0.001)
+    assert result.status == "unfit" and tuner.readied == 0 and tuner.calls == []
+
+
+def test_a_finalist_wrong_on_its_re_timing_is_never_filed(tmp_path: Path) -> None:
+    # candidate 1 was fastest at first, then wrong; every other finalist wrong too: 1 must not win
+    result, _ = _scripted(tmp_path, {0: [1.0, None], 1: [0.5, None], 2: [0.9, None]})
+    assert result.entry is None or result.entry.config != {"id": 1}
+    assert all(t.median_s is None for t in result.tried)
+
+
+def test_the_cache_actions_refuse_selections_they_do_not_honour(tmp_path: Path) -> None:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    for action in (["--delete"], ["--show"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "hwbench", "tune", *action, "--shape", "gemm:M=8,N=8,K=8"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2 and "--shape" in done.stderr and "Traceback" not in done.stderr

@@ -85,7 +85,10 @@ def check_environment() -> None:
     if present("llvmlite"):
         import llvmlite.binding as llvm  # optional SDK: without it the level's name alone is checked
 
-        features = llvm.get_host_cpu_features().flatten()
+        try:
+            features = llvm.get_host_cpu_features().flatten()
+        except RuntimeError:  # LLVM cannot read this host's features: the level's name alone is checked
+            features = None
     cpu_model.check_level(level, features)
 
 

@@ -32,9 +32,9 @@ from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, p
 from hwbench.core.text import printable
 from hwbench.core.tuning import Entry, TuningStore, export, merge, read_export
 from hwbench.results.tables import seconds, speed, table
-from hwbench.run.describe import describe_backend
-from hwbench.run.runner import Plan, plan_cases
+from hwbench.run.runner import PROBE_TIMEOUT_S, Plan, describe_all, plan_cases
 from hwbench.run.tune import TUNE_BUDGET_S, CaseTuning, portable_cases, tune_cases
+from hwbench.run.worker import Worker
 
 HELP = "tune portable kernels' configurations per device and keep them in the tuning cache"
 
@@ -195,6 +195,13 @@ def _show(entries: list[Entry], as_json: bool) -> int:
 def _cache_action(args: argparse.Namespace) -> int | None:
     """``--show``, ``--export``, ``--import`` or ``--delete``; None when none is asked for."""
     store = TuningStore()
+    acting = args.show or args.export is not None or args.import_ is not None or args.delete
+    unused = [name for name, value in (("--shape", args.shape), ("--device", args.device)) if value]
+    if acting and unused:
+        raise UserError(
+            f"{' and '.join(unused)} do not select cache entries; the cache actions take --backend, --kernel, "
+            "--impl and --dtype"
+        )
     if args.show:
         return _show([e for e in store.entries() if _selected(args, e)], args.json)
     if args.export is not None:
@@ -255,12 +262,6 @@ def main(args: argparse.Namespace) -> int:
         return done
     budget = TUNE_BUDGET_S if args.budget is None else positive_seconds(args.budget, "--budget")
     plan, shapes = _plan(args)
-    described = [describe_backend(name) for name in plan.backends]
-    cases, _ = plan_cases(plan, described, {k: get_kernel(k).dtypes for k in plan.kernels}, shapes)
-    cases = [c for c in portable_cases(cases, described) if not get_kernel(c.kernel).spans_ranks]
-    if not cases:
-        print("hwbench: nothing to tune: no portable implementation of the selection runs here", file=sys.stderr)
-        return EXIT_FAILED_CASES
 
     def progress(result: CaseTuning) -> None:
         if not args.quiet and not args.json:
@@ -269,7 +270,16 @@ def main(args: argparse.Namespace) -> int:
                 f"  tuned {r.backend}:{r.device_index} {r.kernel} {r.impl} {r.dtype}: {result.status}", file=sys.stderr
             )
 
-    results, interrupted = tune_cases(cases, budget, progress=progress)
+    # Backends are described in the worker, as run does: a driver's probe that crashes takes the
+    # worker down, not this command; the same worker then times the candidates.
+    with Worker() as worker:
+        described = describe_all(worker, plan.backends, PROBE_TIMEOUT_S)
+        cases, _ = plan_cases(plan, described, {k: get_kernel(k).dtypes for k in plan.kernels}, shapes)
+        cases = [c for c in portable_cases(cases, described) if not get_kernel(c.kernel).spans_ranks]
+        if not cases:
+            print("hwbench: nothing to tune: no portable implementation of the selection runs here", file=sys.stderr)
+            return EXIT_FAILED_CASES
+        results, interrupted = tune_cases(cases, budget, worker=worker, progress=progress)
     _report(results, args.json)
     if interrupted:
         print("interrupted: the cases tuned so far are kept in the cache", file=sys.stderr)

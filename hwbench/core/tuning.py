@@ -368,7 +368,11 @@ def export(entries: list[Entry], path: Path) -> None:
     text = json.dumps({"kind": EXPORT_KIND, "format": FORMAT, "entries": [e.as_json() for e in entries]}, indent=1)
     try:
         with open(path, "x") as out:
-            out.write(text + "\n")
+            try:
+                out.write(text + "\n")
+            except OSError:
+                path.unlink(missing_ok=True)  # a partial export would block the next one
+                raise
     except FileExistsError:
         raise UserError(f"{path} already exists; hwbench never overwrites a file: choose another --export") from None
     except OSError as exc:

@@ -182,18 +182,19 @@ def tune_case(
     expected = 3 * (timing.budget_s + timing.warmup_s)
     ready = False
     for config in space.candidates:
+        left = budget_s - (clock() - start)
+        if expected > left:  # checked before the inputs and reference are made: they cost time too
+            result.reason = (
+                f"{max(left, 0.0):.2f} s of the case's {budget_s:.2f} s left; a candidate takes {expected:.2f} s"
+            )
+            break
         if not ready:  # first, and again in the fresh worker after a crash
             made = tuner.ready(request)
             if made.status != "ok":
                 result.status, result.reason, result.spent_s = made.status, made.reason, clock() - start
                 return result
             ready = True
-        left = budget_s - (clock() - start)
-        if expected > left:
-            result.reason = (
-                f"{max(left, 0.0):.2f} s of the case's {budget_s:.2f} s left; a candidate takes {expected:.2f} s"
-            )
-            break
+            left = budget_s - (clock() - start)
         began = clock()
         cut = min(left, max(HANG_FACTOR * expected, HANG_FLOOR_S))
         tried = tuner.candidate(request, dict(config), timing, cut)
@@ -236,8 +237,9 @@ def _confirm(
                 return samples
             cut = min(left, max(HANG_FACTOR * expected, HANG_FLOOR_S))
             tried = tuner.candidate(request, dict(result.tried[i].config), timing, cut)
-            if tried.median_s is None:
+            if tried.median_s is None:  # wrong, or failed, this time: out, and never filed
                 samples.pop(i)
+                result.tried[i] = tried
                 if tried.died and tuner.ready(request).status != "ok":
                     return samples
             else:

@@ -96,6 +96,8 @@ def restrict_features(features: str, level: str) -> str:
     if order.index(host) < order.index(level):
         missing = ", ".join(sorted(frozenset().union(*LEVEL_REQUIRES.values()) & _levels_up_to(level) - enabled))
         raise UserError(f"{ISA_ENV}={level}: this CPU is {host} and lacks {missing}; choose {host} or lower")
+    if host == level:
+        return features  # the host's own level: nothing to switch off
     kept = _levels_up_to(level)
 
     def allowed(name: str) -> bool:

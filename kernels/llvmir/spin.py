@@ -17,6 +17,7 @@ import platform
 import time
 from collections.abc import Callable
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from hwbench.kernels.llvmir.jit import CompiledModule, compile_module
@@ -31,8 +32,6 @@ Wait = Callable[[int, int, int], int]
 def _module() -> ir.Module:
     i64 = ir.IntType(64)
     module = ir.Module("hwbench_spin")
-    import llvmlite.binding as llvm
-
     module.triple = llvm.get_process_triple()
     fn = ir.Function(module, ir.FunctionType(i64, [i64.as_pointer(), i64, i64]), "wait")
     counter, seen, iterations = fn.args
