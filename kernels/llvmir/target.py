@@ -175,7 +175,7 @@ class CPUTarget(LLVMTarget):
         self.data_layout = str(tm.target_data)
         #: What every ISA-dependent choice of the CPU kernels is derived from.
         self.description = cpu_model.describe(
-            self.triple, self.features, restricted=isa_level is not None, host_features=features
+            self.triple, self.features, restricted=self.features != features, host_features=features
         )
         self._vector_bytes = self.description.vector_bytes
         level = f"-{isa_level}" if isa_level else ""
