@@ -61,6 +61,8 @@ class TunableFake(Backend):
 
     name = "tunefake"
     description = "test backend with a known tuning space"
+    #: What a prepared case is (a subclass may crash or hang in some configurations).
+    prepared_type: type[_Sleeping] = _Sleeping
 
     def probe(self) -> Availability:
         return Availability(True)
@@ -92,7 +94,7 @@ class TunableFake(Backend):
     ) -> Prepared:
         space = self.space(impl, shape, dtype, device)
         config, tuning = chosen(space.key, config)
-        prepared = _Sleeping(inputs["A"], inputs["B"], config or space.candidates[0])
+        prepared = self.prepared_type(inputs["A"], inputs["B"], config or space.candidates[0])
         prepared.config = {**(config or space.candidates[0]), "tuning": tuning}
         return prepared
 

@@ -22,10 +22,7 @@ import numpy as np
 import pytest
 from test_tune import TESTS, TunableFake, _Sleeping
 
-from hwbench.core.backend import DeviceInfo, Implementation, Prepared
-from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.registry import get_backend
-from hwbench.core.tuning import chosen
 from hwbench.run.case import CaseRequest
 from hwbench.run.tune import tune_cases
 
@@ -62,23 +59,7 @@ class CrashingFake(TunableFake):
     """GEMM in sleeping configurations, some of which crash or hang."""
 
     name = "tunecrash"
-
-    def prepare(
-        self,
-        impl: Implementation,
-        kernel: Kernel,
-        inputs: Mapping[str, np.ndarray],
-        shape: Shape,
-        dtype: str,
-        device: DeviceInfo,
-        config: Mapping[str, Any] | None = None,
-    ) -> Prepared:
-        space = self.space(impl, shape, dtype, device)
-        config, tuning = chosen(space.key, config)
-        picked = config or space.candidates[0]
-        prepared = _Crashing(inputs["A"], inputs["B"], picked)
-        prepared.config = {**picked, "tuning": tuning}
-        return prepared
+    prepared_type = _Crashing
 
 
 @pytest.fixture
