@@ -160,23 +160,6 @@ def build(loop: FMALoop, with_clock: bool = True) -> Any:  # -> llvmlite.ir.Modu
     return module
 
 
-def assembly(module: Any, cpu_name: str, features: str, opt: int = 3) -> str:
-    """``module``'s machine code as assembly text after the O``opt`` pipeline the JIT runs, for
-    its own triple (another ISA's too: a cross-compiled target's, to inspect, built without inline
-    assembly, which only the host's parser reads)."""
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    llvm.initialize_native_asmparser()  # the host's inline assembly (llvmlite has no other ISA's parser)
-    mod = llvm.parse_assembly(str(module))
-    mod.verify()
-    tm = llvm.Target.from_triple(mod.triple).create_target_machine(cpu=cpu_name, features=features, opt=opt)
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return tm.emit_assembly(mod)
-
-
 #: Rounds of (clock, FMA) measurements, a few milliseconds each and a pause apart; the best of
 #: each counts. Spreading them in time outlasts a neighbour's burst on a shared core.
 ROUNDS, PAUSE_S = 8, 0.005

@@ -8,21 +8,17 @@ from typing import Any
 
 #: Vector multiply-adds (x86 FMA3, SSE's multiplies and adds, AArch64 NEON/SVE).
 MULTIPLY_ADD = re.compile(r"^\s*(vfmadd|vfnmadd|fmla|fmad|mulps|mulpd|addps|addpd)")
-STACK = re.compile(r"\(%rsp\)|\(%rbp\)|\[sp[,\]]|\[x29[,\]]")
+STACK = re.compile(r"\((%rsp|%rbp)[),]|\[(sp|x29)\b")
 _LABEL = re.compile(r"^\S[^\s]*:\s*(#.*|//.*)?$")
 _BRANCH = re.compile(r"^\s*(j[a-z]+|b\.[a-z]+|b|cbn?z|tbn?z|ret)\s")
 
 
 def assembly(module: Any, triple: str, cpu: str, features: str) -> str:
     """``module`` (llvmlite IR) optimised as the JIT does and emitted as assembly for the target."""
-    import llvmlite.binding as llvm
+    from hwbench.kernels.llvmir.jit import assembly as jit_assembly  # needs llvmlite: callers skip without it
 
-    from hwbench.kernels.llvmir.jit import optimise
-
-    parsed = llvm.parse_assembly(str(module))
-    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=3)
-    optimise(parsed, machine, 3)
-    return str(machine.emit_assembly(parsed))
+    module.triple = triple
+    return jit_assembly(module, cpu, features)
 
 
 def blocks(asm: str) -> list[list[str]]:

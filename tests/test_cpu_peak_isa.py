@@ -22,10 +22,12 @@ from hwbench.results.derive import add_metrics
 
 pytest.importorskip("llvmlite", reason="llvmlite is not installed")
 import llvmlite.binding as llvm  # noqa: E402
+from machine_code import stack_traffic  # noqa: E402
 from synthetic_results import device, document, record  # noqa: E402
 
 from hwbench.backends import cpu_dot_peak, cpu_peak  # noqa: E402
 from hwbench.kernels.llvmir import cpu_model, cpu_uarch  # noqa: E402
+from hwbench.kernels.llvmir.jit import assembly as jit_assembly  # noqa: E402
 from hwbench.kernels.llvmir.target import CPUTarget  # noqa: E402
 from hwbench.run.peaks import recheck_peaks  # noqa: E402
 
@@ -34,7 +36,6 @@ LEVELS = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
 ARM_TRIPLE = "aarch64-unknown-linux-gnu"
 ARM_LEVELS = {"neon": "+neon,+fp-armv8,+dotprod,+bf16", "sve": "+neon,+fp-armv8,+sve,+sve2,+dotprod,+bf16"}
 LABEL = re.compile(r"^(\.LBB\w+):")
-STACK = {"x86_64": re.compile(r"\((%rsp|%rbp)[),]"), "aarch64": re.compile(r"\[(sp|x29)\b")}
 
 
 def _function(asm: str, name: str) -> list[str]:
@@ -61,7 +62,7 @@ def _loop_bodies(lines: list[str]) -> list[list[str]]:
 
 
 def _stack_traffic(bodies: list[list[str]], arch: str) -> list[str]:
-    return [line.strip() for body in bodies for line in body if STACK[arch].search(line)]
+    return [line for body in bodies for line in stack_traffic(body)]
 
 
 def _host_level(level: str) -> CPUTarget:
@@ -91,13 +92,13 @@ def test_every_peak_loop_keeps_its_accumulators_in_registers(level: str) -> None
     loop = cpu_peak.FMALoop.for_target(target.triple, target.features, description)
     assert loop.chains + 2 <= description.vector_registers  # the accumulators and both operands fit
     assert loop.chains >= min(description.chains, description.vector_registers - 4)  # latency x pipes covered
-    asm = cpu_peak.assembly(cpu_peak.build(loop), target.cpu_name, target.features)
+    asm = jit_assembly(cpu_peak.build(loop), target.cpu_name, target.features)
     _check_loop(
         asm, "fmas", "vfmadd" if loop.fused else "mulps", loop.chains if loop.fused else loop.chains // 2, "x86_64"
     )
     for ins in _dot_loops(target.features, description):
         module = llvm.parse_assembly(cpu_dot_peak.loop_ir(ins, description, target.triple))
-        asm = cpu_peak.assembly(module, target.cpu_name, target.features)
+        asm = jit_assembly(module, target.cpu_name, target.features)
         _check_loop(asm, "loop", ins.mnemonic, cpu_dot_peak.chains_for(ins, description), "x86_64")
     if level == "x86-64-v3":
         assert {"vpmaddubsw-256", "vpmaddwd-256"} <= {i.name for i in _dot_loops(target.features, description)}
@@ -106,7 +107,7 @@ def test_every_peak_loop_keeps_its_accumulators_in_registers(level: str) -> None
 def test_the_old_sixteen_chain_loop_spills_on_avx2() -> None:
     target = _host_level("x86-64-v3")
     old = cpu_peak.FMALoop(target.triple, 8, 16, True)  # 16 accumulators + 2 operands on 16 registers
-    asm = cpu_peak.assembly(cpu_peak.build(old), target.cpu_name, target.features)
+    asm = jit_assembly(cpu_peak.build(old), target.cpu_name, target.features)
     assert _stack_traffic(_loop_bodies(_function(asm, "fmas")), "x86_64")  # the check sees a spill
 
 
@@ -125,12 +126,12 @@ def test_aarch64_loops_cross_compile_without_spills(level: str, part: tuple[int,
     assert description.isa_level == level and description.vector_registers == 32
     loop = cpu_peak.FMALoop.for_target(ARM_TRIPLE, features, description)
     # No inline-asm clock: llvmlite has only the host's assembly parser.
-    asm = cpu_peak.assembly(cpu_peak.build(loop, with_clock=False), "neoverse-v2", features)
+    asm = jit_assembly(cpu_peak.build(loop, with_clock=False), "neoverse-v2", features)
     _check_loop(asm, "fmas", "fmla", loop.chains, "aarch64")
     loops = _dot_loops(features, description)
     assert {i.name for i in loops} == {"sdot", "bfdot"}
     for ins in loops:
-        asm = cpu_peak.assembly(
+        asm = jit_assembly(
             llvm.parse_assembly(cpu_dot_peak.loop_ir(ins, description, ARM_TRIPLE)), "neoverse-v2", features
         )
         _check_loop(asm, "loop", ins.mnemonic, cpu_dot_peak.chains_for(ins, description), "aarch64")

@@ -23,7 +23,6 @@ from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch
 from hwbench.kernels.gemm import llvm_amx, llvm_bf16, llvm_driver, llvm_lowp, llvm_panels, simt
 from hwbench.kernels.gemm.llvm_driver import Parts, Tile
-from hwbench.kernels.llvmir import cpu_model
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import fma, scalar_type
 from hwbench.kernels.llvmir.simt import SIMTTarget
@@ -31,9 +30,9 @@ from hwbench.kernels.llvmir.target import CPUTarget, LLVMTarget
 
 DTYPES = ("fp32", "fp64")
 KERNEL = "gemm"
-#: Upper bounds of the blocks, baked into the workspace: ``mc`` in register tiles, ``nc`` and ``kc``
-#: in elements. They bound what tuning may try, not what the derivation picks.
-_MAX_TILES_M = 64
+#: Upper bounds of ``nc`` and ``kc`` in elements, baked into the workspace (``mc``'s is the tile's,
+#: :data:`.llvm_panels.MAX_MC_PANELS` register tiles). They bound what tuning may try, not what the
+#: derivation picks.
 _MAX_NC = {"fp32": 4096, "fp64": 2048}
 _MAX_KC = {"fp32": 1024, "fp64": 512}
 
@@ -43,14 +42,8 @@ def register_tile(target: CPUTarget, dtype: str) -> tuple[int, int]:
     the B vectors and a broadcast, covering its FMA latency x pipes (:func:`.cpu_model.register_tile`);
     14 x 2 on AVX-512's 32 registers, 6 x 2 on AVX2's or SSE's 16, 6 x 4 on NEON's 32 (A's values
     four to a register for the by-element FMLA)."""
-    desc = target.description
-    lanes = desc.lanes(dtype) if desc.lane_multiply_add else None
-    return cpu_model.register_tile(desc.vector_registers, desc.chains, a_lanes=lanes)
-
-
-def max_block(dtype: str, mr: int) -> dict[str, int]:
-    """The largest ``mc``/``nc``/``kc`` the workspace of an ``MR = mr`` kernel holds."""
-    return {"mc": _MAX_TILES_M * mr, "nc": _MAX_NC[dtype], "kc": _MAX_KC[dtype]}
+    derived = tile(target, dtype)
+    return derived.mr, derived.nr_vectors
 
 
 def tile(target: CPUTarget, dtype: str, config: Mapping[str, Any] | None = None) -> Tile:
@@ -132,7 +125,7 @@ def tuning_space(target: LLVMTarget, dtype: str, shape: Shape) -> list[dict[str,
     ``NR_VECTORS``, ``mc``, ``nc``, ``kc``; AMX: its blocking alone); on a SIMT target
     :func:`.simt.tuning_space`'s. Empty where the dtype has no tunable kernel here."""
     if isinstance(target, SIMTTarget):
-        return simt.tuning_space(target, dtype, shape) if hasattr(simt, "tuning_space") else []
+        return simt.tuning_space(target, dtype, shape)
     if not isinstance(target, CPUTarget) or dtype not in DTYPES + llvm_lowp.DTYPES + llvm_bf16.DTYPES:
         return []
     tile_of = cpu_kernel(target, dtype)[0]

@@ -125,6 +125,22 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def assembly(module: ir.Module | str, cpu_name: str, features: str, opt: int = 3) -> str:
+    """``module``'s machine code as assembly text after the pipeline :func:`compile_module` runs, for
+    the module's own triple (another architecture's too: cross-compiled code to inspect, never run;
+    inline assembly only for the host's, whose parser alone llvmlite has)."""
+    ensure_llvm_initialized()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    llvm.initialize_native_asmparser()
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    triple = mod.triple or llvm.get_process_triple()
+    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name, features=features, opt=opt)
+    optimise(mod, machine, opt)
+    return str(machine.emit_assembly(mod))
+
+
 #: Compiled modules of this process, by key (machine code lives as long as its engine).
 _cache: dict[tuple[str, ...], CompiledModule] = {}
 _cache_lock = threading.Lock()
