@@ -224,7 +224,7 @@ def available(ins: Instruction, features: str, description: CPUDescription | Non
         return False
     if ins.tile:
         # The AMX kernel module imports llvmlite, as this one's callers already have.
-        from hwbench.kernels.gemm.llvm_amx import amx_granted
+        from hwbench.kernels.gemm.cpu.amx import amx_granted
 
         return amx_granted()
     return True

@@ -265,7 +265,7 @@ def build_opencl_c(
     import pyopencl as cl
 
     flags = [f"-DDTYPE_{dtype.upper()}"] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
-    kernel = package.rsplit(".", 1)[-1]
+    kernel = package.removeprefix("hwbench.kernels.").split(".")[0]
 
     def build() -> Any:
         try:

@@ -1,4 +1,4 @@
-"""int8 and bf16 GEMM on AMX tiles (kernels/gemm/llvm_amx.py) and the CPU's int8/bf16 peaks
+"""int8 and bf16 GEMM on AMX tiles (kernels/gemm/cpu/amx.py) and the CPU's int8/bf16 peaks
 from dot-product throughput loops (backends/cpu_dot_peak.py).
 
 What needs AMX hardware (and Linux's grant of the tile state) is skipped elsewhere, saying so;
@@ -17,7 +17,9 @@ from hwbench.run.parity import check
 pytest.importorskip("llvmlite", reason="llvmlite is not installed")
 from hwbench.backends import cpu_dot_peak  # noqa: E402
 from hwbench.backends.cpu_peak import fma_units  # noqa: E402
-from hwbench.kernels.gemm import llvm, llvm_amx, llvm_driver  # noqa: E402
+from hwbench.kernels.gemm import llvm  # noqa: E402
+from hwbench.kernels.gemm.cpu import amx as llvm_amx  # noqa: E402
+from hwbench.kernels.gemm.cpu import driver as llvm_driver
 from hwbench.kernels.llvmir import cpu_launch  # noqa: E402
 from hwbench.kernels.llvmir import target as target_mod  # noqa: E402
 

@@ -136,7 +136,7 @@ def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(c
 
     from hwbench.backends import opencl
     from hwbench.backends.opencl_device import DeviceState, build_spirv
-    from hwbench.kernels.gemm import simt
+    from hwbench.kernels.gemm.gpu import simt
     from hwbench.kernels.llvmir.simt import DeviceLimits
     from hwbench.kernels.llvmir.spirv import SPIRVTarget
     from hwbench.kernels.llvmir.spirv import build_spirv as lower

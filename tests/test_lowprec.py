@@ -18,8 +18,8 @@ from hwbench.results.tables import row
 from hwbench.run.case import CaseRequest, CaseRunner
 from hwbench.run.parity import check
 
-llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.llvm_lowp", reason="llvmlite is not installed")
-llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.llvm_bf16", reason="llvmlite is not installed")
+llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.cpu.lowp", reason="llvmlite is not installed")
+llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.cpu.bf16", reason="llvmlite is not installed")
 target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
 
 QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}

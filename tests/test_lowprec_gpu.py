@@ -179,9 +179,9 @@ _CHILD = textwrap.dedent("""
     from hwbench.backends import torch_gpu_lowp
     from hwbench.backends.cuda import CUDABackend
     from hwbench.core.backend import DeviceInfo
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
     from hwbench.kernels.gemm.spec import KERNEL
-    from hwbench.kernels.gemm.triton_tiles import Config
+    from hwbench.kernels.gemm.gpu.triton_tiles import Config
     from hwbench.run import parity
 
     out = {}
@@ -218,7 +218,7 @@ def test_triton_fp8_and_int8_under_the_interpreter() -> None:
 
 def test_lowp_tuning_spaces_per_architecture() -> None:
     pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     assert gemm_tt.tuning_space("sm_80", "fp8", ODD) == []
     hopper = gemm_tt.tuning_space("sm_90", "fp8", ODD)
@@ -231,7 +231,7 @@ def test_lowp_tuning_spaces_per_architecture() -> None:
 def test_sm80_says_why_it_has_no_fp8_gemm() -> None:
     pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
     from hwbench.compile import stats
-    from hwbench.kernels.gemm import triton_lowp
+    from hwbench.kernels.gemm.gpu import triton_lowp
 
     variants = {v["name"]: v for v in triton_lowp.compile_variants("sm_80")}
     record = stats.variant_record("gemm", "sm_80", variants["gemm_fp8"], stats.triton_target("sm_80"))

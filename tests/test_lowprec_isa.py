@@ -14,9 +14,9 @@ from hwbench.core.errors import UserError
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
 from hwbench.run.parity import check
 
-llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.llvm_lowp", reason="llvmlite is not installed")
-llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.llvm_bf16", reason="llvmlite is not installed")
-llvm_driver = pytest.importorskip("hwbench.kernels.gemm.llvm_driver", reason="llvmlite is not installed")
+llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.cpu.lowp", reason="llvmlite is not installed")
+llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.cpu.bf16", reason="llvmlite is not installed")
+llvm_driver = pytest.importorskip("hwbench.kernels.gemm.cpu.driver", reason="llvmlite is not installed")
 target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
 cpu_model = pytest.importorskip("hwbench.kernels.llvmir.cpu_model", reason="llvmlite is not installed")
 jit = pytest.importorskip("hwbench.kernels.llvmir.jit", reason="llvmlite is not installed")

@@ -168,7 +168,7 @@ def test_a_build_failure_is_a_compile_error_with_the_logs_error_line(monkeypatch
 
     import pyopencl.characterize
 
-    from hwbench.kernels.gemm import opencl as gemm_opencl
+    from hwbench.kernels.gemm.gpu import opencl as gemm_opencl
 
     saved = set(Path(tempfile.gettempdir()).glob("tmp*.cl"))
     # pyopencl's own build cache (used where the driver keeps none) saves a failed program's source

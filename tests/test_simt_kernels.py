@@ -25,7 +25,7 @@ from hwbench.core.launch import OUTPUT  # noqa: E402
 from hwbench.kernels.attention import llvm as attention_llvm  # noqa: E402
 from hwbench.kernels.attention import simt as attention_simt  # noqa: E402
 from hwbench.kernels.gemm import llvm as gemm_llvm  # noqa: E402
-from hwbench.kernels.gemm import simt as gemm_simt  # noqa: E402
+from hwbench.kernels.gemm.gpu import simt as gemm_simt  # noqa: E402
 from hwbench.kernels.llvmir.simt import DeviceLimits  # noqa: E402
 
 NP = {"fp32": np.float32, "fp64": np.float64}

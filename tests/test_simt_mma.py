@@ -1,4 +1,4 @@
-"""The SIMT GEMM on the GPUs' matrix-multiply instructions (``kernels/gemm/simt_mma.py``).
+"""The SIMT GEMM on the GPUs' matrix-multiply instructions (``kernels/gemm/gpu/simt_mma.py``).
 
 Without a GPU: the fragment layouts cover their tiles exactly once; the device configuration
 takes the instruction where the target has it; PTX goes through ``ptxas`` and AMDGCN into a
@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
-from hwbench.kernels.gemm import simt, simt_mma  # noqa: E402
+from hwbench.kernels.gemm.gpu import simt, simt_mma  # noqa: E402
 from hwbench.kernels.llvmir.mma import amdgcn_mfma, emulated, layout_cells, nvptx_mma  # noqa: E402
 from hwbench.kernels.llvmir.simt import DeviceLimits  # noqa: E402
 

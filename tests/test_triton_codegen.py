@@ -218,7 +218,7 @@ def test_classic_gemm_on_gfx942_loads_dwordx4(built: dict, dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32"])
 def test_tma_gemm_is_persistent_and_loads_through_tma(built: dict, dtype: str) -> None:
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     case = built[f"sm_90/gemm_{dtype}_tma"]
     jit, config, ptx = case["jit"], case["config"], case["jit"]["asm"]

@@ -44,7 +44,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import torch
     from hwbench.run import parity
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
     from hwbench.kernels.gemm.spec import KERNEL as GEMM
     from hwbench.kernels.attention import triton as attn_tt
     from hwbench.kernels.attention.spec import KERNEL as ATTN
@@ -130,7 +130,7 @@ def test_this_process_is_not_interpreting() -> None:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "gfx90a", "gfx942"])
 def test_tuning_spaces_are_well_formed(arch: str) -> None:
     from hwbench.kernels.attention import triton as attn_tt
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     for dtype in gemm_tt.DTYPES:
         space = gemm_tt.configs(arch, dtype)
@@ -146,7 +146,7 @@ def test_tuning_spaces_are_well_formed(arch: str) -> None:
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100", "sm_80", "gfx942"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32", "tf32"])
 def test_gemm_tuning_space_lists_the_tma_kernel_on_sm90_and_newer_only(arch: str, dtype: str) -> None:
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     space = gemm_tt.tuning_space(arch, dtype, {"M": 4096, "N": 4096, "K": 4096})
     tma = [c for c in space if c.tma]
@@ -158,7 +158,7 @@ def test_gemm_tuning_space_lists_the_tma_kernel_on_sm90_and_newer_only(arch: str
 
 @pytest.mark.parametrize("shape", [{"M": 333, "N": 517, "K": 259}, {"M": 64, "N": 64, "K": 100}])
 def test_gemm_falls_back_to_the_classic_kernel_where_tma_cannot_take_the_rows(shape: dict) -> None:
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     space = gemm_tt.tuning_space("sm_90", "bf16", shape)
     assert space and not any(c.tma for c in space)
@@ -169,7 +169,7 @@ def test_gemm_falls_back_to_the_classic_kernel_where_tma_cannot_take_the_rows(sh
 
 def test_tma_gemm_refuses_tensors_it_cannot_describe() -> None:
     from hwbench.kernels import triton_compat as compat
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     cfg = gemm_tt.tma_configs("sm_90", "bf16")[0]
     a, b, c = compat.Pointer("bf16", (64, 64)), compat.Pointer("bf16", (64, 60)), compat.Pointer("bf16", (64, 60))
@@ -184,7 +184,7 @@ def test_tma_gemm_grid_is_the_device_sms_or_the_tiles(monkeypatch: pytest.Monkey
     import torch
 
     from hwbench.kernels import triton_compat as compat
-    from hwbench.kernels.gemm import triton as gemm_tt
+    from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     cfg = gemm_tt.tma_configs("sm_90", "fp16")[0]  # 128 x 128 tiles
     big = [compat.Pointer("fp16", (4096, 4096)) for _ in range(3)]

@@ -262,7 +262,7 @@ def test_cpu_llvm_gemm_tuned_then_run_with_the_cached_configuration(fake: Path) 
 
 
 def test_the_opencl_c_gemm_space_starts_with_the_derived_tile_and_launches_each() -> None:
-    from hwbench.kernels.gemm import opencl
+    from hwbench.kernels.gemm.gpu import opencl
 
     for kind, lanes in (("cpu", 8), ("cpu", 4), ("gpu", 4)):
         space = opencl.tuning_space(kind, lanes, "fp32", SHAPE)

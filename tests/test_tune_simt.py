@@ -1,4 +1,4 @@
-"""The llvmlite SIMT GEMM's tuning space (``kernels/gemm/simt.py``: ``tuning_space``) and its tuning on
+"""The llvmlite SIMT GEMM's tuning space (``kernels/gemm/gpu/simt.py``: ``tuning_space``) and its tuning on
 an OpenCL device that takes SPIR-V.
 
 Every candidate, for CPU devices (the streamed form) and for NVPTX and AMDGCN targets (the FMA and
@@ -19,7 +19,7 @@ pytest.importorskip("llvmlite")
 
 from hwbench.core.dtypes import DTYPE_BYTES  # noqa: E402
 from hwbench.core.registry import get_backend  # noqa: E402
-from hwbench.kernels.gemm import simt, simt_mma  # noqa: E402
+from hwbench.kernels.gemm.gpu import simt, simt_mma  # noqa: E402
 from hwbench.kernels.llvmir.gpu import target_for  # noqa: E402
 from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTTarget, compute_dtype  # noqa: E402
 from hwbench.kernels.llvmir.spirv import SPIRVTarget  # noqa: E402

@@ -128,16 +128,17 @@ _DIGESTS: dict[tuple[str, ...], str] = {}
 
 
 def sources_digest(*packages: str) -> str:
-    """A hash of the ``.py`` and ``.cl`` files of each package's folder (found without importing
-    its modules), so an entry tuned for other kernel code is never used."""
+    """A hash of the ``.py`` and ``.cl`` files of each package's folder and its subfolders (found
+    without importing its modules), so an entry tuned for other kernel code is never used."""
     if packages not in _DIGESTS:
         h = hashlib.sha256()
         for package in packages:
             spec = importlib.util.find_spec(package)
             folders = list(spec.submodule_search_locations or []) if spec else []
-            for path in sorted(p for folder in folders for p in Path(folder).iterdir()):
-                if path.suffix in (".py", ".cl"):
-                    h.update(path.name.encode() + b"\0" + path.read_bytes())
+            for folder in map(Path, folders):
+                for path in sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".cl")):
+                    if "__pycache__" not in path.parts:
+                        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
         _DIGESTS[packages] = h.hexdigest()[:16]
     return _DIGESTS[packages]
 

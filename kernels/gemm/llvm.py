@@ -21,8 +21,13 @@ from llvmlite import ir
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch
-from hwbench.kernels.gemm import llvm_amx, llvm_bf16, llvm_driver, llvm_lowp, llvm_panels, simt
-from hwbench.kernels.gemm.llvm_driver import Parts, Tile
+from hwbench.kernels.gemm.cpu import amx as llvm_amx
+from hwbench.kernels.gemm.cpu import bf16 as llvm_bf16
+from hwbench.kernels.gemm.cpu import driver as llvm_driver
+from hwbench.kernels.gemm.cpu import lowp as llvm_lowp
+from hwbench.kernels.gemm.cpu import panels as llvm_panels
+from hwbench.kernels.gemm.cpu.driver import Parts, Tile
+from hwbench.kernels.gemm.gpu import simt
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import fma, scalar_type
 from hwbench.kernels.llvmir.simt import SIMTTarget

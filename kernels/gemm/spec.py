@@ -66,16 +66,16 @@ class GEMM(Kernel):
         Source(
             "opencl",
             "opencl-c",
-            "opencl",
+            "gpu.opencl",
             ("fp32", "fp64", "fp16"),
             "OpenCL C: register-blocked vector tiles, one tile per work-item",
         ),
         Source(
             "triton",
             "triton",
-            "triton",
+            "gpu.triton",
             ("fp16", "bf16", "fp32", "tf32", "fp8", "int8"),
-            "Triton gemm (kernels/gemm/triton.py; fp8 with per-tensor scales and int8 in triton_lowp.py), "
+            "Triton gemm (kernels/gemm/gpu/triton.py; fp8 with per-tensor scales and int8 in triton_lowp.py), "
             "tuned over a small per-arch space",
         ),
         Source(

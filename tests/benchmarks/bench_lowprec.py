@@ -25,7 +25,8 @@ from collections.abc import Callable
 from bench_llvm_vs_native import compare
 
 from hwbench.kernels.gemm import llvm as gemm
-from hwbench.kernels.gemm import llvm_bf16, llvm_lowp
+from hwbench.kernels.gemm.cpu import bf16 as llvm_bf16
+from hwbench.kernels.gemm.cpu import lowp as llvm_lowp
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
 from hwbench.kernels.llvmir.target import CPUTarget, host_target
 from hwbench.run.parity import check

@@ -40,8 +40,8 @@ def main() -> int:
 
     from hwbench.backends import opencl, opencl_device
     from hwbench.core.registry import get_backend
-    from hwbench.kernels.gemm import opencl as gemm_opencl
-    from hwbench.kernels.gemm import simt
+    from hwbench.kernels.gemm.gpu import opencl as gemm_opencl
+    from hwbench.kernels.gemm.gpu import simt
     from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv
 
     backend = get_backend("opencl")
@@ -71,7 +71,7 @@ def main() -> int:
         )
     lanes, kind = opencl.lanes(device, "fp32"), device.kind
     tiles = gemm_opencl.tiles(kind, lanes)
-    program, _ = opencl_device.build_opencl_c(state, "hwbench.kernels.gemm", gemm_opencl.SOURCE, "fp32", tiles)
+    program, _ = opencl_device.build_opencl_c(state, gemm_opencl.__package__, gemm_opencl.SOURCE, "fp32", tiles)
     programs.append(("opencl-c", program, lambda shape: gemm_opencl.launch(shape, "fp32", kind, lanes)))
     rng = np.random.default_rng(0)
     for k in (int(x) for x in args.k.split(",")):

@@ -34,8 +34,8 @@ from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch, buffer, output
 from hwbench.core.launch import i64 as i64_arg
-from hwbench.kernels.gemm import simt_mma
-from hwbench.kernels.gemm.simt_streamed import (
+from hwbench.kernels.gemm.gpu import simt_mma
+from hwbench.kernels.gemm.gpu.simt_streamed import (
     Block,
     Operands,
     block_shape,

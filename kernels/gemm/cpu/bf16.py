@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from hwbench.kernels.gemm import llvm_driver as driver
-from hwbench.kernels.gemm import llvm_panels as panels_mod
-from hwbench.kernels.gemm.llvm_driver import Tile
-from hwbench.kernels.gemm.llvm_lowp import interleave
+from hwbench.kernels.gemm.cpu import driver
+from hwbench.kernels.gemm.cpu import panels as panels_mod
+from hwbench.kernels.gemm.cpu.driver import Tile
+from hwbench.kernels.gemm.cpu.lowp import interleave
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import F32, I32, intrinsic, intrinsic_suffix
 from hwbench.kernels.llvmir.target import CPUTarget, enabled_features

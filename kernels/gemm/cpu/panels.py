@@ -18,7 +18,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from hwbench.kernels.gemm.llvm_driver import TILE_KEYS, Pack, Tile
+from hwbench.kernels.gemm.cpu.driver import TILE_KEYS, Pack, Tile
 from hwbench.kernels.llvmir import cpu_model
 from hwbench.kernels.llvmir import irutil as iu
 from hwbench.kernels.llvmir.target import CPUTarget

@@ -34,9 +34,9 @@ import numpy as np
 from llvmlite import ir
 
 from hwbench.core.kernel import Shape
-from hwbench.kernels.gemm import llvm_driver as driver
-from hwbench.kernels.gemm import llvm_panels as panels_mod
-from hwbench.kernels.gemm.llvm_driver import Tile
+from hwbench.kernels.gemm.cpu import driver
+from hwbench.kernels.gemm.cpu import panels as panels_mod
+from hwbench.kernels.gemm.cpu.driver import Tile
 from hwbench.kernels.llvmir.cpu_launch import PreparedKernel
 from hwbench.kernels.llvmir.irutil import I32, intrinsic
 from hwbench.kernels.llvmir.target import CPUTarget, enabled_features

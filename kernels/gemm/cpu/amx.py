@@ -31,9 +31,9 @@ from llvmlite import ir
 
 from hwbench.core.kernel import Shape
 from hwbench.core.launch import Launch
-from hwbench.kernels.gemm import llvm_driver as driver
-from hwbench.kernels.gemm.llvm_driver import Tile
-from hwbench.kernels.gemm.llvm_lowp import interleave
+from hwbench.kernels.gemm.cpu import driver
+from hwbench.kernels.gemm.cpu.driver import Tile
+from hwbench.kernels.gemm.cpu.lowp import interleave
 from hwbench.kernels.llvmir.irutil import (
     F32,
     I1,

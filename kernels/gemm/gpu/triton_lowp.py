@@ -25,7 +25,7 @@ import triton.language as tl
 from hwbench.core.dtypes import AMD_FP8, gpu_unsupported
 from hwbench.core.kernel import Shape
 from hwbench.kernels import triton_compat as compat
-from hwbench.kernels.gemm.triton_tiles import Config, arch_major, tile_of
+from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, tile_of
 
 DTYPES = ("fp8", "int8")
 #: The shape ``hwbench compile`` compiles for (every size a multiple of 16, as most runs are).

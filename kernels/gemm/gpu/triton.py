@@ -26,8 +26,8 @@ import triton.language as tl
 from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
 from hwbench.kernels import triton_compat as compat
-from hwbench.kernels.gemm import triton_lowp as lowp
-from hwbench.kernels.gemm.triton_tiles import Config, arch_major, tile_of
+from hwbench.kernels.gemm.gpu import triton_lowp as lowp
+from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, tile_of
 
 __all__ = ["Config", "configs", "launch", "launch_case", "plan", "tuning_space", "compile_variants"]
 
@@ -118,7 +118,7 @@ def gemm_tma_kernel(
 
 def configs(arch: str, dtype: str) -> list[Config]:
     """The small tuning space for ``arch`` (``sm_90``, ``sm_80``, ``gfx942``, ...); first = default
-    (fp8 and int8: :func:`hwbench.kernels.gemm.triton_lowp.configs`).
+    (fp8 and int8: :func:`hwbench.kernels.gemm.gpu.triton_lowp.configs`).
 
     The defaults compile without register spills for sm_80, sm_90, gfx90a and gfx942
     (``hwbench compile`` checks it); fp32 (IEEE) runs on FMA units, not tensor cores, so it
@@ -249,7 +249,7 @@ def launch(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | No
 def compile_variants(arch: str) -> list[dict[str, Any]]:
     """What ``hwbench compile`` builds: every dtype at its default configuration, and on sm_90+ the
     TMA kernel at its first, each as the call :func:`plan` makes for :data:`COMPILE_SHAPE`; then fp8
-    and int8 (:func:`hwbench.kernels.gemm.triton_lowp.compile_variants`)."""
+    and int8 (:func:`hwbench.kernels.gemm.gpu.triton_lowp.compile_variants`)."""
     m, n, k = COMPILE_SHAPE["M"], COMPILE_SHAPE["N"], COMPILE_SHAPE["K"]
     variants = []
     for dtype in DTYPES:
@@ -273,7 +273,7 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
 
 def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
     """Binding: one launch on the case's device tensors ``A``, ``B`` into ``out`` (fp8 and int8:
-    :func:`hwbench.kernels.gemm.triton_lowp.launch_case`)."""
+    :func:`hwbench.kernels.gemm.gpu.triton_lowp.launch_case`)."""
     if dtype in lowp.DTYPES:
         lowp.launch_case(inputs, out, shape, dtype, config)
         return
