@@ -1,28 +1,31 @@
 """Merge results from many nodes: per case the distribution across the fleet and its outlier nodes.
 
 Give results files or folders (a folder means its *.json results files; other JSON documents
-in it, such as a fleet or check document, are passed over with a note). A node is a host: its
-files are merged. Per case (kernel, impl, backend, device model, dtype, shape): median, MAD,
-min, max and n across the fleet's devices, and the outliers: below the median by more than
---mad-k robust standard deviations (1.4826 x MAD, at least 0.5 % of the median; default 3.5)
-and by more than --below-pct percent (default 5). Also: devices whose case failed, AllReduce
+in it, such as a fleet or check document, are passed over with a note). A file that cannot be
+read as a results file (not JSON, invalid, a dangling or looping link, gone) is named as
+missing, and the others are analysed. A node is a host: its files are merged. Per case
+(kernel, impl, backend, device model, dtype, shape), in the one unit of the case: median, MAD,
+min, max and n across the fleet's devices, and the outliers: off the median, below or above,
+by more than --mad-k robust standard deviations (1.4826 x MAD, at least 0.5 % of the median;
+default 3.5) and by more than --below-pct percent (default 5). Also: devices whose case failed, AllReduce
 stragglers (a rank whose median is well above the others', from timing.rank_p50_s), and nodes
 whose software stack (hwbench, kernel, Python packages, BLAS, drivers, runtimes, settings)
-differs from the majority. Exit status: 0, or 1 with --fail-on-outlier when anything is found;
-2 on bad input.
+differs from the majority. Exit status: 0, or 1 with --fail-on-outlier when anything is found
+(a missing file too); 2 on bad input (no file readable at all among those given).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from hwbench.cli.options import check_out, print_document
 from hwbench.core.errors import UserError
-from hwbench.core.text import MAX_RESULTS_BYTES, aligned, read_regular_text
+from hwbench.core.text import MAX_RESULTS_BYTES, aligned, printable, read_regular_text
 from hwbench.decide.fleet import DEFAULT_BELOW_PCT, DEFAULT_MAD_K, MIN_SPREAD_PCT, analyze, finite_rule
 from hwbench.results import files as results
 
@@ -57,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-on-outlier",
         action="store_true",
-        help="exit 1 when an outlier, a failed case, a straggler or a software difference is found",
+        help="exit 1 when an outlier, a failed case, a straggler, a software difference or a missing file is found",
     )
     parser.add_argument("--json", action="store_true", help="print the fleet document as JSON instead of the table")
     parser.add_argument(
@@ -71,41 +74,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _other_document(path: Path) -> bool:
-    """Whether ``path`` holds a JSON document that is not a results file (hwbench's other outputs)."""
+    """Whether ``path`` holds another of hwbench's JSON documents (``kind`` ``hwbench-fleet``,
+    ``hwbench-check``...), not a results file."""
     try:
         doc = results.parse(read_regular_text(path, MAX_RESULTS_BYTES, "results file"))
-    except (UserError, ValueError):
+    except (UserError, ValueError, RecursionError):
         return False
-    return isinstance(doc, dict) and doc.get("kind") != results.KIND
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return isinstance(kind, str) and kind.startswith("hwbench-") and kind != results.KIND
 
 
-def load_all(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """Every results file named or in a named folder, loaded and checked (UserError on a bad one)."""
-    runs = []
+def _load(path: Path, runs: list[tuple[Path, dict[str, Any]]], missing: list[dict[str, str]] | None) -> None:
+    """Load one file into ``runs``; another hwbench document is passed over with a note, and an
+    unreadable file goes to ``missing`` (UserError where that is None)."""
+    try:
+        runs.append((path, results.load(path)))
+    except UserError as exc:
+        if _other_document(path):
+            print(printable(f"hwbench: note: {path} is not a results file; passed over"), file=sys.stderr)
+            return
+        if missing is None:
+            raise
+        missing.append({"file": str(path), "reason": str(exc)})
+        print(printable(f"hwbench: warning: {exc}; the node is counted as missing"), file=sys.stderr)
+
+
+def load_all(paths: list[Path], missing: list[dict[str, str]] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every results file named or in a named folder, loaded and checked.
+
+    A folder's every ``*.json`` entry that is not a folder is read, links that lead nowhere
+    too. A file that cannot be read as a results file is UserError, or, given a ``missing``
+    list, is appended to it (``{"file": ..., "reason": ...}``) and the others are read: a
+    fleet is analysed without its unreadable nodes, which are named. UserError when no
+    file at all could be read."""
+    runs: list[tuple[Path, dict[str, Any]]] = []
     for path in paths:
         if not path.is_dir():
-            runs.append((path, results.load(path)))
+            _load(path, runs, missing)
             continue
-        found = sorted(p for p in path.glob("*.json") if p.is_file())
+        found = sorted(p for p in path.glob("*.json") if not p.is_dir())
         if not found:
             raise UserError(f"{path} holds no *.json results file; give files or a folder of them")
         for item in found:
-            try:
-                runs.append((item, results.load(item)))
-            except UserError:
-                if not _other_document(item):
-                    raise
-                print(f"hwbench: note: {item} is not a results file; passed over", file=sys.stderr)
+            _load(item, runs, missing)
     if not runs:
-        raise UserError("no results file among the paths given")
+        first = f": {missing[0]['reason']}" if missing else ""
+        raise UserError(f"no readable results file among the paths given{first}")
     return runs
 
 
+#: Characters that JSON text may carry raw and a terminal would obey or reorder (DEL, C1 controls,
+#: bidirectional marks); JSON's encoders already escape the C0 controls.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escaped(text: str) -> str:
+    """JSON ``text`` with those characters written as ``\\uXXXX``: the same document, safe to print.
+    They can only stand inside strings, where the escape means the same character."""
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def dumps(doc: dict[str, Any]) -> str:
-    """The fleet document as indented JSON (orjson where installed: the same document)."""
+    """The fleet document as indented JSON (orjson where installed: the same document), printable
+    on a terminal as it is."""
     if _orjson is not None:
-        return str(_orjson.dumps(doc, option=_orjson.OPT_INDENT_2).decode())
-    return json.dumps(doc, indent=1)
+        return _json_escaped(_orjson.dumps(doc, option=_orjson.OPT_INDENT_2).decode())
+    return _json_escaped(json.dumps(doc, indent=1))
 
 
 def _names(items: list[str]) -> str:
@@ -153,13 +187,25 @@ def _case_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
     ]
 
 
+def _named(path: str, reason: str) -> str:
+    """``reason`` with the file it is about in front, unless it names it already."""
+    return reason if path in reason else f"{path}: {reason}"
+
+
+def _off(outlier: dict[str, Any]) -> str:
+    """How far an outlier is from the median: ``12.0% below``, ``1e+08% above``."""
+    pct = outlier["below_pct"]
+    return outlier["side"] if pct is None else f"{abs(pct):.4g}% {outlier['side']}"
+
+
 def _findings(doc: dict[str, Any]) -> list[str]:
-    lines = []
+    lines = [f"missing: {_named(m['file'], m['reason'])}" for m in doc["missing"]]
     for c in doc["cases"]:
         for o in c["outliers"]:
             lines.append(
                 f"outlier: {o['node']} {c['backend']}:{o['device_index']} {_case(c)}: {o['value']:.4g} {c['unit']}, "
-                f"{o['below_pct']:.1f}% below the median {c['median']:.4g} (robust z {o['robust_z']:.1f})"
+                f"{_off(o)} the median {c['median']:.4g}"
+                + ("" if o["robust_z"] is None else f" (robust z {abs(o['robust_z']):.1f})")
             )
         for f in c["failed"]:
             lines.append(
@@ -202,21 +248,26 @@ def render(doc: dict[str, Any]) -> str:
         "out",
     )
     rows = _case_rows(doc)
-    lines = [table(rows, headers) if rows else "no case with a device in these files", "", *_findings(doc)]
+    lines = _findings(doc)
     rule, s = doc["rule"], doc["summary"]
     lines.append(
-        f"outlier: below the median by more than {rule['mad_k']:g} x 1.4826 MAD (at least {MIN_SPREAD_PCT:g} % "
-        f"of the median) and by more than {rule['below_pct']:g} %; {rule['min_members']}+ devices per case"
+        f"outlier: off the median, below or above, by more than {rule['mad_k']:g} x 1.4826 MAD (at least "
+        f"{MIN_SPREAD_PCT:g} % of the median) and by more than {rule['below_pct']:g} %; "
+        f"{rule['min_members']}+ devices per case, each case in one unit"
     )
     nodes = f": {_names(s['outlier_nodes'])}" if s["outlier_nodes"] else ""
     split = f", {s['software_split']} split field(s)" if s["software_split"] else ""
+    gone = [m["file"] for m in doc["missing"]]
+    missing = f", {len(gone)} file(s) missing: {_names(gone)}" if gone else ""
     lines.append(
-        f"fleet: {s['nodes']} node(s), {s['files']} file(s), {s['cases']} case(s); {s['outliers']} outlier(s), "
-        f"{s['failed']} failed, {s['stragglers']} straggler(s), {s['software_outliers']} software difference(s)"
-        f"{split}; "
+        f"fleet: {s['nodes']} node(s), {s['files']} file(s){missing}, {s['cases']} case(s); "
+        f"{s['outliers']} outlier(s), {s['failed']} failed, {s['stragglers']} straggler(s), "
+        f"{s['software_outliers']} software difference(s){split}; "
         f"{len(s['outlier_nodes'])} node(s) flagged{nodes}"
     )
-    return "\n".join(lines)
+    # Names, reasons and values come from the files: every line escaped (the table escapes its cells).
+    head = table(rows, headers) if rows else "no case with a device in these files"
+    return "\n".join([head, "", *(printable(line) for line in lines)])
 
 
 def main(args: argparse.Namespace) -> int:
@@ -225,10 +276,12 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(rule, str):
         raise UserError(rule)
     check_out(args.out)
-    doc = analyze(load_all(args.paths), rule)
+    missing: list[dict[str, str]] = []
+    doc = analyze(load_all(args.paths, missing), rule, missing)
     text = dumps(doc) if args.out or args.json else ""  # 256 nodes: megabytes, made only when asked
     print_document(text, render(doc), args.out, args.json, "fleet document")
     if args.fail_on_outlier and doc["summary"]["found"]:
-        print(f"hwbench: fleet: {len(doc['summary']['outlier_nodes'])} node(s) flagged", file=sys.stderr)
+        gone = f", {len(missing)} file(s) missing" if missing else ""
+        print(f"hwbench: fleet: {len(doc['summary']['outlier_nodes'])} node(s) flagged{gone}", file=sys.stderr)
         return EXIT_OUTLIER
     return 0

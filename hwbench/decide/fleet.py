@@ -3,13 +3,18 @@ stragglers in AllReduce, and nodes whose software stack differs from the majorit
 
 A node is a host (``host.hostname``): its files (run, burn) are merged. A case is (kernel,
 impl, backend, device model, dtype, shape); its members are the fleet's devices that ran it
-(host, backend, device index), each with its figure: AllReduce busbw, stream and transfer
-GB/s, else TFLOPS, else GB/s, else IOPS, else calls per second (1 / median), all higher-is-
-better, and the median where a device ran the case more than once. A member whose records of
-the case all failed (not ok, not skipped) is counted as failed.
+(host, backend, device index), each with the case's one figure, all higher-is-better, and the
+median where a device ran the case more than once. The figure is the first of the kernel's
+figures (:func:`preference`: AllReduce busbw, stream and transfer GB/s, else TFLOPS, GB/s,
+IOPS) that a member of the case gives above 0, else calls per second (1 / median): every
+member is compared in that one unit, a member giving 0 as 0 (far below the others), a member
+giving none of it as not comparable. A member whose records of the case all failed (not ok,
+not skipped), or that gives no figure in the case's unit, is counted as failed.
 
-**Outliers** (:class:`Rule`): a member below the case's median by more than ``mad_k`` robust
-standard deviations *and* by more than ``below_pct`` percent of the median. The robust standard
+**Outliers** (:class:`Rule`): a member off the case's median, below or above it, by more than
+``mad_k`` robust standard deviations *and* by more than ``below_pct`` percent of the median
+(above it a figure cannot be believed: a device 20 % faster than its identical peers measured
+something else). The robust standard
 deviation is 1.4826 x MAD (the median absolute deviation; 1.4826 makes it the standard
 deviation of normal noise), floored at :data:`MIN_SPREAD_PCT` of the median, so that a
 perfectly uniform fleet (MAD = 0) does not make a node an outlier for a rounding's worth of
@@ -88,33 +93,71 @@ def _positive(value: Any) -> bool:
 
 
 #: The figures tried in order for a kernel that is neither a collective nor a bandwidth kernel.
-FIGURES = (("tflops", "TFLOPS"), ("gbps", "GB/s"), ("iops", "IOPS"))
+FIGURES = ("tflops", "gbps", "iops")
+#: The unit of each figure a case can be compared by.
+UNITS = {"busbw_gbps": "GB/s", "gbps": "GB/s", "tflops": "TFLOPS", "iops": "IOPS", "calls_per_s": "calls/s"}
+#: The figure of a case none of whose members gives a named one above 0.
+CALLS = "calls_per_s"
 
 
-def figure(record: dict[str, Any]) -> tuple[str, str, float] | None:
-    """The higher-is-better figure of an ok record: its metric name, unit and value."""
-    m = record.get("metrics") or {}
-    kernel = record["kernel"]
-    if kernel == "allreduce" and _positive(m.get("busbw_gbps")):
-        return "busbw_gbps", "GB/s", float(m["busbw_gbps"])
-    if kernel in BANDWIDTH_KERNELS and _positive(m.get("gbps")):
-        return "gbps", "GB/s", float(m["gbps"])
-    for name, unit in FIGURES:
-        if _positive(m.get(name)):
-            return name, unit, float(m[name])
-    median: Any = (record.get("timing") or {}).get("median_s")
-    return ("calls_per_s", "calls/s", 1.0 / median) if _positive(median) else None
+def preference(kernel: str) -> tuple[str, ...]:
+    """The figures of ``kernel``'s records in the order a case's one figure is chosen."""
+    if kernel == "allreduce":
+        return ("busbw_gbps", *FIGURES)
+    if kernel in BANDWIDTH_KERNELS:
+        return ("gbps", "tflops", "iops")
+    return FIGURES
+
+
+def _finite(number: Any) -> float | None:
+    """``number`` as a finite float of at least 0, or None (not a number, negative, NaN, beyond a double)."""
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        return None
+    try:
+        found = float(number)
+    except OverflowError:  # an integer beyond a double
+        return None
+    return found if math.isfinite(found) and found >= 0 else None
+
+
+def figure_value(record: dict[str, Any], metric: str) -> float | None:
+    """``record``'s figure ``metric`` (``calls_per_s``: 1 / its median), None where it has none."""
+    if metric == CALLS:
+        median = _finite((record.get("timing") or {}).get("median_s"))
+        return _finite(1.0 / median) if median else None
+    return _finite((record.get("metrics") or {}).get(metric))
+
+
+Member = tuple[str, str, int]
 
 
 @dataclass
 class _Case:
-    """One case's figures per member (host, backend, device index), and the members whose records failed."""
+    """One case's ok records and figures per member (host, backend, device index), and the members
+    whose records failed."""
 
+    kernel: str
     shape: dict[str, Any] = field(default_factory=dict)  # as the first record of the case writes it
     metric: str = ""
     unit: str = ""
-    values: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
-    failed: dict[tuple[str, str, int], tuple[str, str]] = field(default_factory=dict)
+    records: dict[Member, list[dict[str, Any]]] = field(default_factory=dict)
+    values: dict[Member, list[float]] = field(default_factory=dict)
+    failed: dict[Member, tuple[str, str]] = field(default_factory=dict)
+
+    def resolve(self) -> None:
+        """Choose the case's figure and take every member's in it; a member without it fails."""
+        every = [r for rs in self.records.values() for r in rs]
+        names = preference(self.kernel)
+        self.metric = next((n for n in names if any(_positive(figure_value(r, n)) for r in every)), CALLS)
+        self.unit = UNITS[self.metric]
+        for member, records in self.records.items():
+            found = [v for r in records if (v := figure_value(r, self.metric)) is not None]
+            if found:
+                self.values[member] = found
+                continue
+            given = sorted({UNITS[n] for r in records for n in names if _positive(figure_value(r, n))})
+            why = f"no {self.unit} figure, which the case's other devices give" if self.metric != CALLS else "no figure"
+            self.failed.setdefault(member, ("ok", why + (f" ({', '.join(given)} only)" if given else "")))
 
 
 def _collect(runs: Iterable[tuple[Path, dict[str, Any]]]) -> dict[tuple[Any, ...], _Case]:
@@ -133,18 +176,18 @@ def _collect(runs: Iterable[tuple[Path, dict[str, Any]]]) -> dict[tuple[Any, ...
             key = (record["kernel"], record["impl"], record["backend"], record["device"], record.get("dtype"), shape)
             case = cases.get(key)
             if case is None:
-                case = cases[key] = _Case(dict(record["shape"]))
+                case = cases[key] = _Case(record["kernel"], dict(record["shape"]))
             member = (host, record["backend"], index)
-            found = figure(record) if status == "ok" else None
-            if found is None:
+            if status != "ok":
                 case.failed.setdefault(member, (status, record.get("reason") or "no figure"))
                 continue
-            case.metric, case.unit = found[0], found[1]
-            values = case.values.get(member)
-            if values is None:
-                case.values[member] = [found[2]]
+            records = case.records.get(member)
+            if records is None:
+                case.records[member] = [record]
             else:
-                values.append(found[2])
+                records.append(record)
+    for case in cases.values():
+        case.resolve()
     return cases
 
 
@@ -172,6 +215,7 @@ def case_stats(key: tuple[Any, ...], case: _Case, rule: Rule, hosts: list[str]) 
         "min": values[0] if values else None,
         "max": values[-1] if values else None,
         "threshold": None,
+        "upper_threshold": None,
         "members": [{"node": h, "device_index": i, "value": v} for (h, _, i), v in sorted(members.items())],
         "outliers": [],
         "failed": [
@@ -186,19 +230,21 @@ def case_stats(key: tuple[Any, ...], case: _Case, rule: Rule, hosts: list[str]) 
         return out
     median, mad = spread(values)
     margin = rule.margin(median, mad)
-    out.update(median=median, mad=mad, threshold=median - margin)
+    out.update(median=median, mad=mad, threshold=median - margin, upper_threshold=median + margin)
     if len(values) < MIN_MEMBERS:
         return out
     robust = max(MAD_SCALE * mad, MIN_SPREAD_PCT / 100 * abs(median))
-    for (host, _, index), value in sorted(members.items(), key=lambda item: item[1]):
-        if median - value > margin:
+    for (host, _, index), figure in sorted(members.items(), key=lambda item: item[1]):
+        if abs(median - figure) > margin:
             out["outliers"].append(
                 {
                     "node": host,
                     "device_index": index,
-                    "value": value,
-                    "below_pct": 100.0 * (median - value) / median,
-                    "robust_z": (median - value) / robust,
+                    "value": figure,
+                    "side": "below" if figure < median else "above",
+                    # Signed: negative above the median; None where the median (or the spread) is 0.
+                    "below_pct": 100.0 * (median - figure) / median if median else None,
+                    "robust_z": (median - figure) / robust if robust else None,
                 }
             )
     return out
@@ -304,9 +350,13 @@ def software(stacks: dict[str, dict[str, set[str]]]) -> list[dict[str, Any]]:
     return out
 
 
-def analyze(runs: list[tuple[Path, dict[str, Any]]], rule: Rule | None = None) -> dict[str, Any]:
-    """The fleet document of ``runs`` (path and loaded document of every file)."""
+def analyze(
+    runs: list[tuple[Path, dict[str, Any]]], rule: Rule | None = None, missing: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """The fleet document of ``runs`` (path and loaded document of every file), with the files that
+    could not be read (``missing``: ``{"file": ..., "reason": ...}`` each) named as missing."""
     rule = rule or Rule()
+    missing = list(missing or [])
     hosts = sorted({str(doc["host"].get("hostname", "?")) for _, doc in runs})
     cases = [case_stats(key, case, rule, hosts) for key, case in _collect(runs).items()]
     cases.sort(key=lambda c: (-len(c["outliers"]) - len(c["failed"]), c["kernel"], c["backend"], c["impl"]))
@@ -323,6 +373,7 @@ def analyze(runs: list[tuple[Path, dict[str, Any]]], rule: Rule | None = None) -
     summary = {
         "nodes": len(hosts),
         "files": len(runs),
+        "missing": len(missing),
         "cases": len(cases),
         "outliers": sum(len(c["outliers"]) for c in cases),
         "failed": sum(len(c["failed"]) for c in cases),
@@ -331,12 +382,13 @@ def analyze(runs: list[tuple[Path, dict[str, Any]]], rule: Rule | None = None) -
         "software_split": sum(f["split"] for f in differing),
         "outlier_nodes": sorted(flagged),
     }
-    summary["found"] = bool(flagged) or bool(summary["software_split"])
+    summary["found"] = bool(flagged) or bool(summary["software_split"]) or bool(missing)
     return {
         "kind": "hwbench-fleet",
         "rule": rule.as_json(),
         "nodes": hosts,
         "files": [str(p) for p, _ in runs],
+        "missing": missing,
         "cases": cases,
         "stragglers": slow,
         "software": differing,

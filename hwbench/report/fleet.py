@@ -3,6 +3,9 @@ the stragglers and the software differences (:mod:`hwbench.decide.fleet` finds t
 
 Shown when the files come from more than one host and at least one case ran on two or more
 of them (files of unrelated machines are compared by the other sections, not as a fleet).
+Every text from the files (hosts, devices, reasons, software versions) is made printable
+(:func:`hwbench.core.text.printable`) as well as HTML-escaped: the page carries no control
+character a terminal showing it would obey.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hwbench.core.text import printable
 from hwbench.decide.fleet import analyze
 from hwbench.report.data import Run, shape_text
 from hwbench.report.html import fmt, no_data, note, pair, table
@@ -33,6 +37,17 @@ def _title(case: dict[str, Any]) -> str:
         f"{case['kernel']} {case['impl']} {case['dtype'] or ''} {shape_text(case['shape'])} · "
         f"{case['device']} ({case['backend']})"
     )
+
+
+def _printable(value: Any) -> Any:
+    """``value`` (a fleet document or part of one) with every string made printable."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _nodes(case: dict[str, Any]) -> set[str]:
@@ -62,6 +77,9 @@ def chart(ident: str, case: dict[str, Any]) -> str:
     if case["threshold"] is not None:
         tip = f"outlier threshold {case['threshold']:.4g} {case['unit']}"
         plot.line([-0.5, n - 0.5], [case["threshold"]] * 2, OUTLIER, tip=tip, dash="5 3", width=1)
+    if any(o["side"] == "above" for o in case["outliers"]):  # a figure too high to believe: its threshold too
+        tip = f"upper outlier threshold {case['upper_threshold']:.4g} {case['unit']}"
+        plot.line([-0.5, n - 0.5], [case["upper_threshold"]] * 2, OUTLIER, tip=tip, dash="5 3", width=1)
     for i, m in enumerate(members):
         bad = (m["node"], m["device_index"]) in flagged
         vs = 100.0 * (m["value"] / case["median"] - 1) if case["median"] else 0.0
@@ -137,9 +155,10 @@ def section(runs: list[Run]) -> dict[str, str]:
     if len({run.host for run in runs}) < 2:
         return {}
     try:
-        doc = analyze([(run.path, run.doc) for run in runs])
+        doc = _printable(analyze([(run.path, run.doc) for run in runs]))
     except (KeyError, TypeError, AttributeError) as exc:
-        return {"fleet": no_data(f"the files cannot be compared as a fleet ({exc.__class__.__name__}: {exc})")}
+        why = printable(f"{exc.__class__.__name__}: {exc}")
+        return {"fleet": no_data(f"the files cannot be compared as a fleet ({why})")}
     shared = [c for c in doc["cases"] if len(_nodes(c)) >= 2]
     if not shared:
         return {}
@@ -151,7 +170,7 @@ def section(runs: list[Run]) -> dict[str, str]:
             f"difference(s); flagged: {', '.join(s['outlier_nodes']) or 'none'}"
         ),
         note(
-            f"outlier: below the median by more than {rule['mad_k']:g} x 1.4826 MAD (at least "
+            f"outlier: off the median, below or above, by more than {rule['mad_k']:g} x 1.4826 MAD (at least "
             f"{rule['min_spread_pct']:g} % of the median) and by more than {rule['below_pct']:g} %"
         ),
     ]
