@@ -7,6 +7,10 @@ more than the noise allowance. A case that ran on the base side and fails on the
 is *broken*. Times are lower-is-better throughout (the storage probe records latency). A
 kernel whose records on the two sides were made from different inputs versions (its
 ``make_inputs`` changed) is named in ``inputs_versions``.
+
+A gate (``--fail-on``) judges the cases it could compare: those ok on both sides, and those
+that broke. With none of them (the new file empty, a burn file, no case in common, or only
+cases failing on both sides) it has nothing to pass, and fails (:func:`gate`).
 """
 
 from __future__ import annotations
@@ -242,6 +246,28 @@ def compare_case(
     return out
 
 
+def compared(case: dict[str, Any]) -> bool:
+    """Whether a matched case was compared: ok on both sides (timed against each other), or broken."""
+    return case["verdict"] in ("slower", "faster", "same", "broken")
+
+
+def gate(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The verdict of the comparison's thresholds (None without one): passed, and why not."""
+    if not doc["fail_on"]:
+        return None
+    if doc["compared"] == 0:
+        common = len(doc["cases"])
+        why = (
+            f"nothing compared: {common} case(s) in common, none ok on both sides"
+            if common
+            else f"nothing compared: no case in common ({doc['base_cases']} in base, {doc['new_cases']} in new)"
+        )
+        return {"passed": False, "reason": why}
+    if doc["regressions"]:
+        return {"passed": False, "reason": f"{doc['regressions']} case(s) regressed"}
+    return {"passed": True, "reason": f"{doc['compared']} case(s) compared, none regressed"}
+
+
 def compare(
     base: Loaded, new: Loaded, alpha: float = 0.05, noise: float = 0.02, thresholds: list[Threshold] | None = None
 ) -> dict[str, Any]:
@@ -256,7 +282,7 @@ def compare(
     for key in [k for k in a if k in b]:
         cases.append({**coordinates(a[key]), **compare_case(a[key], b[key], alpha, noise, thresholds)})
     verdicts = [c["verdict"] for c in cases]
-    return {
+    doc = {
         "kind": "hwbench-compare",
         "base": str(base.path),
         "new": str(new.path),
@@ -269,5 +295,10 @@ def compare(
         "only_base": [coordinates(r) for k, r in a.items() if k not in b],
         "only_new": [coordinates(r) for k, r in b.items() if k not in a],
         "summary": {v: verdicts.count(v) for v in dict.fromkeys(verdicts)},
+        "base_cases": len(a),
+        "new_cases": len(b),
+        "compared": sum(compared(c) for c in cases),
         "regressions": sum(c["regression"] for c in cases),
     }
+    doc["gate"] = gate(doc)
+    return doc
