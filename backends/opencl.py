@@ -257,7 +257,8 @@ class OpenCLBackend(Backend):
             chosen, tuning = tuning_choice(_tuning_key(impl, shape, dtype, device), config)
             extra = {} if chosen is None else {"config": chosen}
             plan = source.launch(shape, dtype, device.kind, lanes(device, dtype), **extra)
-            program, compile_s = launcher.build_opencl_c(state, source.__package__, source.SOURCE, dtype, plan.defines)
+            package = source.__name__.rpartition(".")[0]
+            program, compile_s = launcher.build_opencl_c(state, package, source.SOURCE, dtype, plan.defines)
             prepared = launcher.launch(state, program, plan, inputs, dtype, compile_s)
             prepared.config = {**prepared.config, "tuning": tuning}
             return prepared
