@@ -32,7 +32,7 @@ from hwbench.backends import torch_gpu_triton as triton_case
 from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Prepared, Timer, present
 from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import is_integer
-from hwbench.core.host import package_version
+from hwbench.core.host import arch_of, package_version
 from hwbench.core.kernel import Kernel, Shape
 from hwbench.core.launch import OUTPUT, Launch
 from hwbench.core.loading import load_callable
@@ -46,15 +46,6 @@ BUSY_CYCLES = 200_000
 MIN_BUSY_S, MAX_BUSY_S = 20e-6, 0.05
 #: Timings of one call at most, while the spin ahead of it is lengthened.
 BUSY_TRIES = 4
-
-
-def arch_of(props: Any, hip: bool) -> str:
-    """The architecture Triton and LLVM take for a device as torch describes it (``props`` from
-    ``torch.cuda.get_device_properties``): on a CUDA build ``sm_{major}{minor}`` (torch fills ``gcnArchName``
-    with the device's name there), on a HIP build (``hip``) ``gcnArchName`` without its feature suffixes."""
-    if not hip:
-        return f"sm_{props.major}{props.minor}"
-    return str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()
 
 
 def flush_bytes(extra: Mapping[str, Any]) -> int:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hwbench.backends.torch_gpu import arch_of
+from hwbench.core.host import arch_of
 from hwbench.core.registry import get_backend
 
 GiB = 2**30

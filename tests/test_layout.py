@@ -1,6 +1,7 @@
 """Layout rules of the source tree: every package is installed, project modules import each other without
 cycles, function-level imports of project modules say why, no private names cross modules, every package
-docstring says what it owns and may import, and modules and functions stay small.
+docstring says what it owns and may import, every role package imports only what ARCHITECTURE.md's table says it
+may, and modules and functions stay small.
 
 Everything but the first test is pure AST and filesystem work.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import io
+import re
 import runpy
 import tokenize
 from collections.abc import Iterator
@@ -243,6 +245,48 @@ def function_sizes(node: ast.AST, prefix: str = "") -> Iterator[tuple[int, str]]
                 name += ".<locals>"
             name += "."
         yield from function_sizes(child, name)
+
+
+def may_import_table() -> dict[str, list[str] | None]:
+    """ARCHITECTURE.md's table: role package -> the project packages it may import (None: everything)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text().split("\n| package |", 1)[1]
+    table: dict[str, list[str] | None] = {}
+    for line in text.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        table[cells[0].strip("`")] = None if cells[-1] == "everything" else re.findall(r"`(\w+)`", cells[-1])
+    return table
+
+
+def forbidden_imports(table: dict[str, list[str] | None]) -> list[str]:
+    """``file:line -> module`` for every import of a project package the importer's row does not allow
+    (``hwbench`` itself, for ``__version__``, is allowed everywhere)."""
+    found = []
+    for source in sources():
+        parts = source.module.split(".")
+        if parts[0] != "hwbench" or len(parts) < 2 or parts[1] not in table:
+            continue
+        allowed = table[parts[1]]
+        if allowed is None:
+            continue
+        for node, _, _ in walk_imports(source.tree):
+            for target in import_targets(source, node):
+                top = target.split(".")[1] if "." in target else None
+                if top is not None and top not in (parts[1], *allowed):
+                    found.append(f"{source.rel}:{node.lineno} -> {target}")
+    return found
+
+
+def test_imports_follow_the_may_import_table() -> None:
+    table = may_import_table()
+    assert set(ROLE_PACKAGES) <= set(table), f"ARCHITECTURE.md's table lacks {set(ROLE_PACKAGES) - set(table)}"
+    assert not forbidden_imports(table), forbidden_imports(table)
+
+
+def test_the_may_import_check_finds_a_forbidden_import() -> None:
+    table = may_import_table()
+    assert forbidden_imports({**table, "results": ["core"]}), "results imports run and sensors: the check saw neither"
 
 
 def test_modules_and_functions_stay_small() -> None:

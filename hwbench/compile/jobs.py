@@ -19,11 +19,10 @@ from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
-from hwbench.backends.torch_gpu import arch_of
 from hwbench.compile import stats as compile_stats
 from hwbench.core.dtypes import is_integer
 from hwbench.core.errors import UserError
-from hwbench.core.host import describe_host
+from hwbench.core.host import arch_of, describe_host
 from hwbench.core.kernel import get_kernel, kernel_targets
 from hwbench.core.records import failed, new_document, now
 from hwbench.core.text import printable

@@ -205,6 +205,15 @@ def hwbench_info() -> dict[str, Any]:
     return {"version": __version__, "git_commit": git_commit()}
 
 
+def arch_of(props: Any, hip: bool) -> str:
+    """The architecture Triton and LLVM take for a device as torch describes it (``props`` from
+    ``torch.cuda.get_device_properties``): on a CUDA build ``sm_{major}{minor}`` (torch fills ``gcnArchName``
+    with the device's name there), on a HIP build (``hip``) ``gcnArchName`` without its feature suffixes."""
+    if not hip:
+        return f"sm_{props.major}{props.minor}"
+    return str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()
+
+
 def describe_host() -> dict[str, Any]:
     """Host, software stack and settings, with warnings for number-changing settings."""
     values = settings()
