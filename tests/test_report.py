@@ -215,3 +215,21 @@ def test_the_overhead_section_shows_speed_ratios_on_a_log_axis() -> None:
     svg = charts.overhead("t", "t", rows)
     assert ">0.001x<" in svg and ">1000x<" in svg  # whole decades around both ends
     assert sections.speed(600.0) == "600x"
+
+
+def test_text_from_the_files_reaches_the_page_printable(tmp_path: Path) -> None:
+    """Host, device and reason text carrying a terminal escape, a C1 control and a bidi mark is
+    shown as visible escapes: the page holds no control character (tabs and line breaks of its own aside)."""
+    doc = results.load(DATA / "full-cpu.json")
+    hostile = "evil\x1b[2J\x9b\u202e"
+    doc["host"]["hostname"] = hostile
+    for backend in doc.get("backends", []):
+        for device in backend.get("devices", []):
+            device["name"] = hostile
+    for record in doc["records"]:
+        record["device"] = hostile
+        if record.get("reason"):
+            record["reason"] = hostile
+    page = build([(tmp_path / "hostile.json", doc)])
+    assert "evil\\x1b[2J\\x9b\\u202e" in page
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)

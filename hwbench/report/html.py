@@ -1,10 +1,21 @@
-"""HTML building blocks of the report: page, sections, tables, "no data" notes. No script, no URL."""
+"""HTML building blocks of the report: page, sections, tables, "no data" notes. No script, no URL.
+
+Every text goes through :func:`escape`: made printable first (control characters, a terminal
+escape's ESC among them, and bidirectional marks as visible escapes), then HTML-escaped."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
+from html import escape as html_escape
 from typing import Any
+
+from hwbench.core.text import printable
+
+
+def escape(text: object) -> str:
+    """``text`` as HTML text: printable (no control character or bidirectional mark), then escaped."""
+    return html_escape(printable(text))
+
 
 CSS = """
 :root { color-scheme: light; }

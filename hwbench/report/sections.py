@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from html import escape
 from statistics import median
 from typing import Any
 
@@ -22,7 +21,7 @@ from hwbench.report.data import (
     roofline_points,
     shape_text,
 )
-from hwbench.report.html import Raw, fmt, no_data, note, pair, seconds, table
+from hwbench.report.html import Raw, escape, fmt, no_data, note, pair, seconds, table
 from hwbench.report.svg import fmt_bytes
 from hwbench.results.roofs import achievable, device_roofs, missing_roof_hint
 from hwbench.results.tables import speed

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any
 
 from hwbench.decide.catalog import Catalog
 from hwbench.report.data import Run, devices, mem_gbps, not_ok, num, sub
-from hwbench.report.html import Raw, no_data, note, table
+from hwbench.report.html import Raw, escape, no_data, note, table
 
 
 def _scalar(value: Any) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from html import escape
+
+from hwbench.report.html import escape
 
 #: Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), then greys.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B", "#7F7F7F", "#B8860B")
