@@ -15,16 +15,16 @@ instead of its rental price; a --weights file may add tflops_per_watt (measured 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from hwbench.cli.options import check_out, print_document
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
+from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import parse_platform
-from hwbench.decide.score import CostBasis, score_platforms
+from hwbench.decide.score import CostBasis, finite_json, score_platforms
 from hwbench.decide.tco import score_cost
 from hwbench.decide.tco_model import load_model
 from hwbench.decide.weights import load_weights
@@ -86,7 +86,8 @@ def _cell(entry: dict[str, Any]) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    """The ranking table, the missing reasons and what the total means."""
+    """The ranking table, the missing reasons and what the total means; text from results, platform
+    and model files (names, reasons, sources) escaped for the terminal."""
     names = list(doc["dimensions"])
     headers = (
         "rank",
@@ -105,7 +106,7 @@ def render(doc: dict[str, Any]) -> str:
         )
         for p in doc["platforms"]
     ]
-    lines = [table(rows, headers), ""]
+    lines = []
     for p in doc["platforms"]:
         for n in names:
             entry = p["dimensions"][n]
@@ -113,14 +114,14 @@ def render(doc: dict[str, Any]) -> str:
                 lines.append(f"missing: {p['name']} {doc['dimensions'][n]['label']}: {entry['reason']}")
             elif entry.get("note"):
                 lines.append(f"note: {p['name']} {doc['dimensions'][n]['label']}: {entry['note']}")
-            price = entry["source"].get("price_source")
+            price = entry["source"].get("price_source") if entry["source"].get("usd_per_hour") is not None else None
             if price and entry["source"].get("cost_basis"):
                 lines.append(f"cost: {p['name']}: {entry['source']['usd_per_hour']:.4g} USD per used hour ({price})")
             elif price:
                 lines.append(f"price: {p['name']}: {entry['source']['usd_per_hour']:g} USD/hour ({price})")
     lines.append(_dtype_line(doc))
     lines.append(f"weights: {doc['weights_source']}; {doc['total_means']}")
-    return "\n".join(lines)
+    return "\n".join([table(rows, headers), "", *(printable(line) for line in lines)])
 
 
 def _dtype_line(doc: dict[str, Any]) -> str:
@@ -159,6 +160,6 @@ def main(args: argparse.Namespace) -> int:
     if twice:
         raise UserError(f"two platforms are called '{twice[0]}': name them apart with NAME=FILE,...")
     doc = score_platforms(platforms, dims, catalog, origin, cost, args.dtype)
-    text = json.dumps(doc, indent=1)
+    text = finite_json(doc, "score document")
     print_document(text, render(doc), args.out, args.json, "score document")
     return 0

@@ -15,15 +15,15 @@ which is cheaper, the break-even utilization and the cost per delivered PFLOP-ho
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hwbench.cli.options import check_out, print_document
-from hwbench.core.text import MAX_RESULTS_BYTES, check_regular
+from hwbench.core.text import MAX_RESULTS_BYTES, check_regular, printable
 from hwbench.decide.catalog import Catalog
+from hwbench.decide.score import finite_json
 from hwbench.decide.tco import device_matcher, money, tco_document, year_table
 from hwbench.decide.tco_model import load_model
 from hwbench.results.checked import load_checked
@@ -71,7 +71,7 @@ def _inputs_lines(platform: dict[str, Any], currency: str) -> list[str]:
     rent = i["rent_per_device_hour"]
     rent_text = f"{rent['value']:.4g} {currency} per device-hour" if rent["value"] is not None else "unknown"
     tflops = i["tflops"]
-    return [
+    lines = [
         f"{platform['name']}: {i['devices']} devices "
         f"({i['servers']} servers x {i['devices_per_server']} {i['device']})",
         f"  initial investment {money(i['initial_investment'])} {currency}: hardware {money(i['hardware'])}, "
@@ -86,16 +86,18 @@ def _inputs_lines(platform: dict[str, Any], currency: str) -> list[str]:
         else f"  {tflops['source']}",
         f"  break-even utilization over the horizon: {platform['break_even']['text']}",
     ]
+    return [printable(line) for line in lines]
 
 
 def render(doc: dict[str, Any]) -> str:
-    """Per platform: its inputs, then a table of the years at each utilization."""
+    """Per platform: its inputs, then a table of the years at each utilization; text from the model and
+    the results files (title, names, sources) escaped for the terminal."""
     cur = doc["currency"]
     rate = doc["rate"]
     header = f"TCO model {doc['title']} ({doc['model']}): money in {cur}" + (
         f" ({rate['per_usd']:g} {cur} per USD, as of {rate['as_of']}; {rate['source']})" if rate else ""
     )
-    blocks = [f"{header}; {doc['years']['value']} years of {doc['hours_per_year']:g} hours"]
+    blocks = [printable(f"{header}; {doc['years']['value']} years of {doc['hours_per_year']:g} hours")]
     for platform in doc["platforms"]:
         headers, rows = year_table(platform, cur)
         lined = _right([tuple(r) for r in rows], tuple(headers), 1)
@@ -119,9 +121,10 @@ def main(args: argparse.Namespace) -> int:
     for loaded in files:
         if not any(m(r) for m in matchers for _, r in loaded.records()):
             print(
-                f"hwbench: warning: {loaded.path} has no record of a device of the model's platforms", file=sys.stderr
+                f"hwbench: warning: {printable(loaded.path)} has no record of a device of the model's platforms",
+                file=sys.stderr,
             )
     doc = tco_document(model, catalog, files)
-    text = json.dumps(doc, indent=1)
+    text = finite_json(doc, "TCO document")
     print_document(text, render(doc), args.out, args.json, "TCO document")
     return 0

@@ -8,12 +8,15 @@ nothing, and its weight is not handed to the others. ``total`` is therefore a lo
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from hwbench.core.dtypes import DTYPE_BYTES, is_integer
+from hwbench.core.errors import UserError
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
@@ -75,6 +78,20 @@ def _price(platform: Platform, loaded: Loaded, record: dict[str, Any], catalog: 
     if quote is None:
         return None
     return quote.usd_per_hour, printable(f"catalog {key}: {quote.basis}; {quote.source}; as of {quote.as_of}")
+
+
+def _per_usd(tflops: float, usd_per_hour: float, source: dict[str, Any], where: str) -> Raw:
+    """TFLOPS per USD an hour, or missing with the reason where the price gives no finite positive figure."""
+    if not math.isfinite(usd_per_hour):
+        source["usd_per_hour"] = None
+    if not (math.isfinite(usd_per_hour) and usd_per_hour > 0):
+        return Raw(
+            None, source, reason=f"{where} is {usd_per_hour:g} USD an hour: TFLOPS per USD needs a positive price"
+        )
+    value = tflops / usd_per_hour
+    if not math.isfinite(value):
+        return Raw(None, source, reason=f"{where} is {usd_per_hour:g} USD an hour: {tflops:g} TFLOPS per it overflows")
+    return Raw(value, source)
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,7 @@ def compute_density(
         if isinstance(priced, str):
             return Raw(None, source, reason=priced)
         source.update(usd_per_hour=priced[0], price_source=priced[1], cost_basis=cost.name, **priced[2])
-        return Raw(tflops / priced[0], source)
+        return _per_usd(tflops, priced[0], source, f"the cost of '{printable(record.get('device'))}' ({cost.name})")
     price = _price(platform, loaded, record, catalog)
     if price is None:
         return Raw(
@@ -153,7 +170,7 @@ def compute_density(
             "file, or a --catalog file with its price",
         )
     source.update(usd_per_hour=price[0], price_source=price[1])
-    return Raw(tflops / price[0], source)
+    return _per_usd(tflops, price[0], source, f"the price of '{printable(record.get('device'))}' ({price[1]})")
 
 
 def _energy_reason(loaded: Loaded, record: dict[str, Any]) -> str:
@@ -274,6 +291,33 @@ FIGURES: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = {
 }
 
 
+def _finite(raw: Raw, dim: Dimension) -> Raw:
+    """``raw``, or missing with the reason where its figure is not a finite number (a file's extreme figure)."""
+    if raw.value is None or math.isfinite(raw.value):
+        return raw
+    return Raw(None, raw.source, reason=f"{dim.label} came out as {raw.value} {dim.unit}, not a finite number")
+
+
+def finite_json(doc: Any, what: str) -> str:
+    """``doc`` as strict JSON (no NaN or Infinity, which strict parsers refuse); UserError naming the
+    first figure that is not finite."""
+    path = _not_finite(doc, "$")
+    if path is not None:
+        raise UserError(f"the {what} has a figure that is not a finite number at {path}: check the inputs' magnitudes")
+    return json.dumps(doc, indent=1, allow_nan=False)
+
+
+def _not_finite(value: Any, path: str) -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _not_finite(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]")
+        if found is not None:
+            return found
+    return None
+
+
 def _best(dim: Dimension, values: list[float]) -> float | None:
     if not values:
         return None
@@ -301,7 +345,9 @@ def score_platforms(
         dims = {**dims, "compute_density": replace(dims["compute_density"], unit=unit)}
     if "tflops_per_watt" in dims and dtype and is_integer(dtype):
         dims = {**dims, "tflops_per_watt": replace(dims["tflops_per_watt"], unit="TOPS/W")}
-    raws = {p.name: {name: figures[name](p, dim, catalog) for name, dim in dims.items()} for p in platforms}
+    raws = {
+        p.name: {name: _finite(figures[name](p, dim, catalog), dim) for name, dim in dims.items()} for p in platforms
+    }
     best = {
         name: _best(dim, [v for v in (raws[p.name][name].value for p in platforms) if v is not None])
         for name, dim in dims.items()

@@ -27,10 +27,16 @@ from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
 from hwbench.decide.score import CostBasis, best_gemm
-from hwbench.decide.tco_model import HOURS_PER_YEAR, Model, Spec
+from hwbench.decide.tco_model import HOURS_PER_YEAR, LIMITS, Model, Spec
 from hwbench.results.checked import Loaded
 
 Wanted = Callable[[dict[str, Any]], bool]
+#: The most TFLOPS a device's record may claim (a zettaFLOPS): beyond it a file is not a measurement.
+MAX_TFLOPS = 1_000_000_000
+#: The largest power of a device a record may claim, in W: the model's own limit of watts_per_device.
+MAX_WATTS = LIMITS["watts"][0]
+#: Break-even utilizations above this show as "over" it.
+MAX_SHOWN_BREAK_EVEN = 100.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,11 @@ class Inputs:
         """Depreciation counted in ``year`` (1-based): straight line, nothing after the write-off."""
         rate = float(self.spec.get("depreciation_per_year"))
         return self.capex * max(0.0, min(rate, 1.0 - rate * (year - 1)))
+
+    def written_off(self, years: int) -> float:
+        """Depreciation counted over the first ``years`` years: the sum of :meth:`depreciation`, in closed form."""
+        rate = float(self.spec.get("depreciation_per_year"))
+        return self.capex * min(1.0, rate * years)
 
     def owning(self, year: int, u: float) -> dict[str, float]:
         """The cost of owning in ``year`` at utilization ``u``, by part and in total."""
@@ -162,16 +173,26 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def _watts(record: dict[str, Any]) -> float | None:
+def _watts(loaded: Loaded, index: int, record: dict[str, Any]) -> float | None:
+    """The record's measured ``energy.watts`` (None where it has none); UserError over :data:`MAX_WATTS`."""
     energy = record.get("energy")
     watts = energy.get("watts") if isinstance(energy, dict) else None
-    return float(watts) if watts is not None and _positive(watts) else None
+    if watts is None or not _positive(watts):
+        return None
+    if watts > MAX_WATTS:
+        raise UserError(
+            f"{loaded.where(index)}: energy.watts {watts:g} is over the {MAX_WATTS:,} W of a device hwbench takes: "
+            "is it the right results file?"
+        )
+    return float(watts)
 
 
 def _measured_watts(files: Sequence[Loaded], wanted: Wanted, best: tuple[Loaded, int, dict[str, Any]] | str) -> Figure:
-    if not isinstance(best, str) and _watts(best[2]) is not None:
-        return Figure(_watts(best[2]), f"measured: {best[0].where(best[1])} energy.watts (the best GEMM)")
-    rows = [(w, f, i) for f in files for i, r in f.records() if r["status"] == "ok" and wanted(r) and (w := _watts(r))]
+    if not isinstance(best, str) and (watts := _watts(*best)) is not None:
+        return Figure(watts, f"measured: {best[0].where(best[1])} energy.watts (the best GEMM)")
+    rows = [
+        (w, f, i) for f in files for i, r in f.records() if r["status"] == "ok" and wanted(r) and (w := _watts(f, i, r))
+    ]
     if rows:
         watts, loaded, index = max(rows, key=lambda row: row[0])
         return Figure(watts, f"measured: {loaded.where(index)} energy.watts (the device's highest)")
@@ -220,7 +241,13 @@ def resolve(
         reason = best if seen else "no results file given" if not files else "no results file has a record of it"
         tflops = Figure(None, f"no measured TFLOPS for '{printable(spec.device)}': {reason}")
     else:
-        tflops = Figure(float(best[2]["metrics"]["tflops"]), f"measured: {best[0].where(best[1])} ({best[2]['dtype']})")
+        value = float(best[2]["metrics"]["tflops"])
+        if value > MAX_TFLOPS:
+            raise UserError(
+                f"{best[0].where(best[1])}: metrics.tflops {value:g} is over the {MAX_TFLOPS:,} TFLOPS of a device "
+                "hwbench takes: is it the right results file?"
+            )
+        tflops = Figure(value, f"measured: {best[0].where(best[1])} ({best[2]['dtype']})")
     watts = _device_watts(spec, model, key, catalog, _measured_watts(files, wanted, best))
     price = spec.get("price_per_server")
     hardware = price * spec.get("servers") if price is not None else spec.get("price_per_device") * spec.devices
@@ -246,8 +273,9 @@ def break_even(inputs: Inputs, years: int) -> dict[str, Any]:
     if inputs.rent.value is None:
         return {"utilization": None, "cheaper": None, "text": "unknown: no rental price"}
     idle = float(inputs.spec.get("idle_power_fraction"))
-    depreciation = sum(inputs.depreciation(y) for y in range(1, years + 1))
-    fixed = depreciation + years * (float(inputs.spec.get("staff_per_year")) + inputs.electricity_full_year * idle)
+    fixed = inputs.written_off(years) + years * (
+        float(inputs.spec.get("staff_per_year")) + inputs.electricity_full_year * idle
+    )
     per_u_owning = years * inputs.electricity_full_year * (1.0 - idle)
     per_u_renting = years * inputs.rent.value * inputs.devices * HOURS_PER_YEAR
     margin = per_u_renting - per_u_owning
@@ -256,17 +284,21 @@ def break_even(inputs: Inputs, years: int) -> dict[str, Any]:
         return {"utilization": None, "cheaper": "renting", "text": text}
     if fixed <= 0:
         return {"utilization": None, "cheaper": "owning", "text": "never: owning is cheaper at every utilization"}
-    u = fixed / margin
+    u = fixed / margin  # margin > 0; a tiny margin gives inf, which is > 1 as well
     if u > 1:
-        text = f"never: renting is cheaper up to 100 % utilization (owning would break even at {u:.0%})"
+        at = f"{u:.0%}" if u <= MAX_SHOWN_BREAK_EVEN else f"over {MAX_SHOWN_BREAK_EVEN:.0%}"
+        text = f"never: renting is cheaper up to 100 % utilization (owning would break even at {at})"
         return {"utilization": None, "cheaper": "renting", "text": text}
     return {"utilization": u, "cheaper": None, "text": f"{u:.1%}"}
 
 
 def _per_pflop_hour(cost: float | None, inputs: Inputs, u: float, years: int) -> float | None:
+    """``cost`` per delivered PFLOP-hour; None without TFLOPS, or where the quotient is not a finite number."""
     if cost is None or inputs.tflops.value is None:
         return None
-    return cost / (inputs.tflops.value * inputs.devices * HOURS_PER_YEAR * u * years / 1000.0)
+    delivered = inputs.tflops.value * inputs.devices * HOURS_PER_YEAR * u * years / 1000.0
+    per = cost / delivered if delivered > 0 else math.inf
+    return per if math.isfinite(per) else None
 
 
 def _cheaper(owned: float, rented: float | None) -> str | None:
@@ -400,7 +432,12 @@ def score_cost(model: Model, catalog: Catalog) -> CostBasis:
             return spec
         inputs = resolve(spec, model, catalog, platform.results, lambda r: r.get("device") == record.get("device"))
         total = sum(inputs.owning(y, u)["total"] for y in range(1, years + 1))
-        per_hour = total / (inputs.devices * HOURS_PER_YEAR * u * years)
+        per_hour = total / (inputs.devices * HOURS_PER_YEAR * u * years)  # devices, u and years are positive
+        if not (math.isfinite(per_hour) and per_hour > 0):
+            return (
+                f"the TCO model {model.path} platform '{printable(spec.name)}' costs {per_hour:g} {model.currency} "
+                "per used device-hour: compute density divides by a positive cost"
+            )
         text = (
             f"TCO of {model.path} platform '{printable(spec.name)}': {years} years at {u:.0%} utilization, "
             f"{per_hour:.4g} {model.currency} per used device-hour; power {inputs.device_watts.source}"

@@ -21,7 +21,11 @@ Layout (``hwbench/decide/data/tco-example.toml`` is a worked, commented example)
     ...                               # the keys of PLATFORM_KEYS
 
 A key the file leaves out takes its default (:data:`DEFAULTS`, each with its source or marked
-illustrative); anything wrong is one line naming the file, the platform and the key.
+illustrative); anything wrong is one line naming the file, the platform and the key. Every count
+and sum is bounded (:data:`MAX_YEARS`, :data:`MAX_UTILIZATIONS`, :data:`MAX_PLATFORMS`,
+:data:`LIMITS`), so every figure the arithmetic derives stays a finite number; a platform whose
+owning costs nothing (price, build-out, staff and electricity all 0) is refused, since no cost
+can be compared with it or divided by it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,28 @@ from hwbench.decide.catalog import toml_kind
 #: Hours of a year of 365 days.
 HOURS_PER_YEAR = 8760.0
 COOLING = ("air", "liquid")
+
+#: The longest horizon, in years, a model may ask for.
+MAX_YEARS = 100
+#: The most utilizations and platforms a model may compare.
+MAX_UTILIZATIONS = 10
+MAX_PLATFORMS = 50
+#: The smallest utilization (0.1 % of the hours): below it, costs per delivered hour lose meaning.
+MIN_UTILIZATION = 0.001
+#: The rate per USD a model may give: [MIN_PER_USD, MAX_PER_USD] units of its currency.
+MIN_PER_USD = 1e-6
+MAX_PER_USD = 1e9
+#: Per kind of a platform key: the largest value hwbench takes, and what that value is.
+#: Every product of the arithmetic stays far from float overflow under these limits.
+LIMITS: dict[str, tuple[int, str]] = {
+    "count": (1_000_000, "a count of one platform"),
+    "money": (10**15, "a sum in the model's currency: is a digit too many?"),
+    "price": (10**15, "a sum in the model's currency: is a digit too many?"),
+    "watts": (1_000_000, "watts of one device"),
+    "watts0": (1_000_000, "watts of one server"),
+    "pue": (10, "total facility power / IT power"),
+    "premium": (10, "0.3 is 30 %"),
+}
 
 
 @dataclass(frozen=True)
@@ -99,6 +125,8 @@ PLATFORM_KEYS: dict[str, str] = {
     "idle_power_fraction": "fraction",
     "depreciation_per_year": "rate",
 }
+#: What owning a platform costs besides its hardware price: a platform where all are 0 is refused.
+COSTS = ("datacenter_buildout", "staff_per_year", "electricity_per_kwh")
 TOP_KEYS = ("currency", "years", "utilization", "rate", "platforms", "title")
 RATE_KEYS = ("per_usd", "as_of", "source")
 
@@ -182,6 +210,7 @@ def _checked(key: str, value: Any, where: str) -> Any:
     if kind == "count":
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{where}: {key} must be a whole number of at least 1, not {toml_kind(value)}")
+        _bounded(key, value, where)
         return value
     if not _real(value):
         raise UserError(f"{where}: {key} must be a finite number, not {toml_kind(value)}")
@@ -198,7 +227,15 @@ def _checked(key: str, value: Any, where: str) -> Any:
     }[kind]
     if problem:
         raise UserError(f"{where}: {key} {problem}, got {value:g}")
+    _bounded(key, value, where)
     return value
+
+
+def _bounded(key: str, value: float, where: str) -> None:
+    """UserError (naming the key, its limit and what it is) when ``value`` is over its kind's limit."""
+    limit = LIMITS.get(PLATFORM_KEYS[key])
+    if limit is not None and value > limit[0]:
+        raise UserError(f"{where}: {key} must be at most {limit[0]:,} ({limit[1]}), got {value:,}")
 
 
 def _unknown(keys: Any, known: Any, where: str) -> None:
@@ -226,6 +263,11 @@ def _spec(number: int, table: Any, shared: dict[str, Any], where: str) -> Spec:
     if "rent_per_device_hour" in merged and not ("rent_source" in merged and "rent_as_of" in merged):
         raise UserError(f"{label}: rent_per_device_hour needs rent_source and rent_as_of (where and when it is quoted)")
     values = {key: d.value for key, d in DEFAULTS.items() if key in PLATFORM_KEYS} | merged
+    if not any(values[k] for k in (*prices, *COSTS)):
+        raise UserError(
+            f"{label}: owning it costs nothing ({prices[0]}, {', '.join(COSTS)} are all 0), so no cost can be "
+            "compared or divided by: give what it costs (its price, or the price of its electricity)"
+        )
     values.setdefault("pue", DEFAULTS[f"pue_{values['cooling']}"].value)
     name = str(values.get("name") or f"{values['device']} #{number}")
     return Spec(name, str(values["device"]), values, frozenset(merged))
@@ -247,6 +289,11 @@ def _rate(data: dict[str, Any], currency: str, where: str) -> Rate | None:
         raise UserError(
             f"{where}: rate.per_usd must be a positive number ({currency} per USD), not {toml_kind(per_usd)}"
         )
+    if not MIN_PER_USD <= per_usd <= MAX_PER_USD:
+        raise UserError(
+            f"{where}: rate.per_usd must lie between {MIN_PER_USD:g} and {MAX_PER_USD:,.0f} ({currency} per USD), "
+            f"got {per_usd:g}: give the units of {currency} one US dollar buys"
+        )
     as_of = as_of.isoformat() if isinstance(as_of, dt.date) else as_of
     if not isinstance(as_of, str) or not as_of.strip() or not isinstance(source, str) or not source.strip():
         raise UserError(f"{where}: rate.as_of and rate.source must be non-empty strings (when and where it is quoted)")
@@ -262,6 +309,17 @@ def _utilizations(value: Any, where: str) -> tuple[float, ...]:
     bad = [u for u in items if not 0 < u <= 1]
     if bad:
         raise UserError(f"{where}: utilization must lie in (0, 1] (0.35 is 35 % of the hours), got {bad[0]:g}")
+    small = [u for u in items if u < MIN_UTILIZATION]
+    if small:
+        raise UserError(
+            f"{where}: utilization must be at least {MIN_UTILIZATION:g} ({MIN_UTILIZATION:.1%} of the hours), "
+            f"got {small[0]:g}: a share of the hours, 0.35 is 35 %"
+        )
+    if len(items) > MAX_UTILIZATIONS:
+        raise UserError(
+            f"{where}: utilization lists {len(items)} values, over the {MAX_UTILIZATIONS} a model compares: "
+            "keep the ones you decide between"
+        )
     return tuple(float(u) for u in items)
 
 
@@ -278,6 +336,11 @@ def model_from(data: dict[str, Any], path: Path) -> Model:
     years = data.get("years", DEFAULTS["years"].value)
     if not isinstance(years, int) or isinstance(years, bool) or years < 1:
         raise UserError(f"{where}: years must be a whole number of at least 1, not {toml_kind(years)}")
+    if years > MAX_YEARS:
+        raise UserError(
+            f"{where}: years must be at most {MAX_YEARS} (the horizon in whole years), got {years}: "
+            "give a shorter horizon"
+        )
     utilizations = _utilizations(data.get("utilization", list(DEFAULTS["utilization"].value)), where)
     title = data.get("title", path.stem)
     if not isinstance(title, str):
@@ -286,6 +349,10 @@ def model_from(data: dict[str, Any], path: Path) -> Model:
     tables = data.get("platforms")
     if not isinstance(tables, list) or not tables:
         raise UserError(f"{where}: no platform: add at least one [[platforms]] table (name, device, servers, ...)")
+    if len(tables) > MAX_PLATFORMS:
+        raise UserError(
+            f"{where}: {len(tables)} platforms, over the {MAX_PLATFORMS} a model compares: split it into several models"
+        )
     specs = tuple(_spec(n, t, shared, where) for n, t in enumerate(tables, 1))
     names = [s.name for s in specs]
     twice = sorted({n for n in names if names.count(n) > 1})

@@ -30,6 +30,8 @@ OPTIONS: dict[str, dict[str, type]] = {
 }
 COMMON = {"weight", "label", "unit", "better", "mode", "points"}
 WEIGHT_SUM = 100.0
+#: The largest magnitude of a point's raw figure: interpolating between larger ones loses the score.
+MAX_POINT = 1e15
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ def _points(value: Any, where: str) -> tuple[tuple[float, float], ...]:
     points = tuple(
         (_number(p[0], "a point's raw figure", where), _number(p[1], "a point's score", where)) for p in value
     )
+    if any(abs(x) > MAX_POINT for x, _ in points):
+        raise UserError(f"{where}: the raw figures of points must lie between -{MAX_POINT:g} and {MAX_POINT:g}")
     if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
         raise UserError(f"{where}: the raw figures of points must increase strictly")
     if any(not 0 <= s <= 100 for _, s in points):
