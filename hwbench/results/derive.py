@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from hwbench.core.records import empty_metrics, failed
 from hwbench.core.registry import get_kernel
@@ -25,14 +25,54 @@ class Unusable(Exception):
         self.status, self.reason = status, reason
 
 
+class CacheFigure(Protocol):
+    """A last-level cache size as a reference gives it (``hwbench.decide.catalog.CacheSize``)."""
+
+    @property
+    def bytes(self) -> int: ...
+
+
+class BandwidthFigure(Protocol):
+    """A memory bandwidth as a reference gives it (``hwbench.decide.catalog.Bandwidth``)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def gbps(self) -> float: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def as_of(self) -> str: ...
+
+
 class Reference(Protocol):
-    """What metrics are derived with: device peaks and prices (``hwbench.decide.catalog.Catalog``)."""
+    """What metrics are derived with (``hwbench.decide.catalog.Catalog``): device peaks, prices,
+    last-level caches and memory bandwidths, each None (or a None peak) where it knows none."""
 
     def device_peak(
         self, name: str, own: Mapping[str, float] | None, dtype: str, method: str | None = None
     ) -> tuple[float | None, str | None]: ...
 
     def device_price(self, name: str) -> Any: ...
+
+    def last_level_cache(self, device_name: str) -> CacheFigure | None: ...
+
+    def memory_bandwidth(self, device_name: str) -> BandwidthFigure | None: ...
+
+
+class Gated(NamedTuple):
+    """A record's figures once the plausibility gate passed them."""
+
+    median_s: float
+    tflops: float
+    peak: float | None
+    peak_source: str | None
+    #: What the gate checked the TFLOPS against (``metrics.peak_check``).
+    peak_check: str
+    #: A bandwidth kernel's memory peak in GB/s, its source and the check made (None without one).
+    bandwidth: tuple[float, str, str] | None
+    #: A host copy's link rate in GB/s and its source (None where it is not one).
+    link: tuple[float, str] | None
 
 
 def _peak(
@@ -94,7 +134,7 @@ def _host_native(
     return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == metrics.case_key(record)[2:]), None)
 
 
-def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> tuple[Any, ...]:
+def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> Gated:
     """The record's median, TFLOPS and peak, checked: Unusable when a figure is not a number
     hwbench can use, or the throughput is above what the device can do for that dtype."""
     median = record["timing"].get("median_s")
@@ -122,7 +162,7 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
         check = f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the {record['dtype']} peak"
     bandwidth = _bandwidth_gate(record, kernel, median, device, reference) if kernel.bandwidth_bound else None
     link = _host_link_gate(record, kernel, median, device)
-    return median, achieved, peak, peak_source, check, bandwidth, link
+    return Gated(float(median), achieved, peak, peak_source, check, bandwidth, link)
 
 
 def _host_link_gate(
@@ -155,8 +195,7 @@ def _cache_bytes(device: dict[str, Any], reference: Reference) -> int | None:
     own = [v for k in CACHE_KEYS if isinstance(v := extra.get(k), int) and not isinstance(v, bool) and v > 0]
     if own:
         return max(own)
-    lookup = getattr(reference, "last_level_cache", None)
-    found = lookup(device["name"]) if lookup is not None else None
+    found = reference.last_level_cache(device["name"])
     return int(found.bytes) if found is not None else None
 
 
@@ -170,8 +209,7 @@ def _memory_peak(device: dict[str, Any], reference: Reference) -> tuple[float, s
     own = (device.get("peak") or {}).get("mem_gbps")
     if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
         return float(own), "reported by the backend"
-    lookup = getattr(reference, "memory_bandwidth", None)
-    found = lookup(device["name"]) if lookup is not None else None
+    found = reference.memory_bandwidth(device["name"])
     return (found.gbps, f"datasheet {found.key} ({found.source}, {found.as_of})") if found is not None else None
 
 
@@ -205,7 +243,7 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
     peak for its dtype ``implausible``, each with the reason; derivation never raises.
     """
     devices = _devices(doc)
-    gated: dict[int, tuple[Any, ...]] = {}
+    gated: dict[int, Gated] = {}
     for number, record in enumerate(doc["records"]):
         if record["status"] != "ok":
             continue
@@ -267,13 +305,20 @@ def per_watt(record: dict[str, Any], kernel: Any) -> None:
 def _fill(
     doc: dict[str, Any],
     record: dict[str, Any],
-    figures: tuple[Any, ...],
+    figures: Gated,
     devices: dict[tuple[Any, ...], dict[str, Any]],
     natives: dict[tuple[Any, ...], dict[str, Any]],
     catalog: Reference,
 ) -> None:
     """The metrics of one gated record."""
-    median, achieved, peak, peak_source, check, bandwidth, link = figures
+    median, achieved, peak, peak_source, check = (
+        figures.median_s,
+        figures.tflops,
+        figures.peak,
+        figures.peak_source,
+        figures.peak_check,
+    )
+    bandwidth, link = figures.bandwidth, figures.link
     kernel = get_kernel(record["kernel"])
     device = devices.get((record["backend"], record.get("device_index")))
     quote = _price(doc, device, catalog)
