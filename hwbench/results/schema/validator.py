@@ -18,20 +18,30 @@ Keywords: ``type``, ``enum``, ``const``, ``minimum``, ``exclusiveMinimum``, ``mi
 ``items``, ``$ref`` (``#/...``) and ``if``/``then``/``else``; annotations (``title``,
 ``description``, ...) are ignored. A schema using any other keyword or format is refused
 when the validator is made, so none is silently left unchecked. One rule beyond JSON
-Schema: a value of type number is finite (JSON has no NaN or infinity, though Python's
-parser reads them).
+Schema: every number is finite as a double, where the schema gives its type and where it
+leaves the value free (an object's keys beyond its ``properties``, an array without
+``items``): JSON has no NaN or infinity, though Python's parser reads them, and an integer
+beyond a double's range (about 1.8e308) breaks every figure computed from it.
 """
 
 from __future__ import annotations
 
-import calendar
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-#: A problem: where in the document (keys and indexes) and what is wrong there.
-Problem = tuple[tuple[str | int, ...], str]
+from hwbench.results.schema.values import (
+    BEYOND_DOUBLE,
+    Problem,
+    all_finite,
+    finite,
+    free_numbers,
+    is_date_time,
+    is_number,
+    not_finite,
+    show,
+)
+
 Schema = Mapping[str, Any]
 
 ANNOTATIONS = frozenset(
@@ -44,26 +54,9 @@ UNKNOWN_KEY = "(not in this schema_version: a newer hwbench may have written it)
 #: How many blocks deep the checks of nested parts are written into one quick check (Python nests 20 at most).
 INLINE_DEPTH = 12
 
-_DATE_TIME = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)", re.IGNORECASE
-)
-
-
-def is_date_time(text: str) -> bool:
-    """Whether ``text`` is an RFC 3339 date-time (``2026-01-02T03:04:05+00:00``), calendar included."""
-    match = _DATE_TIME.fullmatch(text)
-    if match is None:
-        return False
-    year, month, day = (int(match.group(i)) for i in (1, 2, 3))
-    return 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
 
 def _is_integer(value: Any) -> bool:
-    return _is_number(value) and (isinstance(value, int) or float(value).is_integer())
+    return is_number(value) and (isinstance(value, int) or float(value).is_integer())
 
 
 #: JSON types: the test of each and how a message names it.
@@ -72,7 +65,7 @@ TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "boolean": (lambda v: isinstance(v, bool), "true or false"),
     "string": (lambda v: isinstance(v, str), "a string"),
     "integer": (_is_integer, "an integer"),
-    "number": (_is_number, "a number"),
+    "number": (is_number, "a number"),
     "object": (lambda v: isinstance(v, dict), "an object"),
     "array": (lambda v: isinstance(v, list), "an array"),
 }
@@ -82,18 +75,13 @@ def _same(a: Any, b: Any) -> bool:
     """JSON equality: true and 1 differ, 1 and 1.0 do not."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if _is_number(a) and _is_number(b):
+    if is_number(a) and is_number(b):
         return bool(a == b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
-
-
-def _show(value: Any) -> str:
-    text = repr(float(value) if isinstance(value, float) else value)  # a NumPy float as the number it is
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def format_path(path: tuple[str | int, ...]) -> str:
@@ -119,25 +107,25 @@ def value_problems(node: Schema, value: Any) -> list[str]:
     """What is wrong with ``value`` under the plain-value keywords of ``node`` (type, enum, bounds, ...)."""
     types = _types(node)
     if types is not None and not any(TYPES[t][0](value) for t in types):
-        return [f"{_show(value)} is not {' or '.join(TYPES[t][1] for t in types)}"]
+        return [f"{show(value)} is not {' or '.join(TYPES[t][1] for t in types)}"]
     found = []
     options = node["enum"] if "enum" in node else [node["const"]] if "const" in node else None
     if options is not None and not any(_same(value, o) for o in options):
         shown = ", ".join("null" if o is None else str(o) for o in options)
-        found.append(f"{_show(value)} is not {shown}" if len(options) == 1 else f"{_show(value)} is not one of {shown}")
-    if _is_number(value):
-        if "number" in (types or ()) and isinstance(value, float) and not math.isfinite(value):  # an int is finite
-            found.append(f"{_show(value)} is not a finite number")
+        found.append(f"{show(value)} is not {shown}" if len(options) == 1 else f"{show(value)} is not one of {shown}")
+    if is_number(value):
+        if types is not None and not finite(value):  # a typed number (a free one is checked as free)
+            found.append(not_finite(value))
         if "minimum" in node and value < node["minimum"]:
-            found.append(f"{_show(value)} is below the minimum {node['minimum']!r}")
+            found.append(f"{show(value)} is below the minimum {node['minimum']!r}")
         if "exclusiveMinimum" in node and value <= node["exclusiveMinimum"]:
-            found.append(f"{_show(value)} is not above {node['exclusiveMinimum']!r}")
+            found.append(f"{show(value)} is not above {node['exclusiveMinimum']!r}")
     if isinstance(value, str):
         if "minLength" in node and len(value) < node["minLength"]:
             n = node["minLength"]
-            found.append(f"{_show(value)} must not be empty" if n == 1 else f"{_show(value)} is shorter than {n}")
+            found.append(f"{show(value)} must not be empty" if n == 1 else f"{show(value)} is shorter than {n}")
         if node.get("format") == "date-time" and not is_date_time(value):
-            found.append(f"{_show(value)} is not an RFC 3339 date-time such as 2026-01-02T03:04:05+00:00")
+            found.append(f"{show(value)} is not an RFC 3339 date-time such as 2026-01-02T03:04:05+00:00")
     return found
 
 
@@ -207,8 +195,14 @@ class _QuickChecks:
         if terms:
             lines.append(f"{pad}if not ({' and '.join(terms)}): return False")
         types = _types(node)
+        if _free(node):
+            lines.append(f"{pad}if not _all_finite({x}): return False")
         if "properties" in node or "required" in node or "additionalProperties" in node:
             lines += self.guarded(types == ["object"], "dict", x, depth, lambda d: self.object(node, x, d))
+        elif "object" in (types or ()):  # an object of free keys
+            lines.append(f"{pad}if _isinstance({x}, dict) and not _all_finite({x}): return False")
+        if "array" in (types or ()) and "items" not in node:  # an array of free items
+            lines.append(f"{pad}if _isinstance({x}, list) and not _all_finite({x}): return False")
         if "items" in node:
 
             def each(d: int) -> list[str]:
@@ -242,6 +236,8 @@ class _QuickChecks:
             bounds = [(k, self.bound(node[k])) for k in ("minimum", "exclusiveMinimum") if k in node]
             real = [f"{b} {'<=' if k == 'minimum' else '<'} {x}" for k, b in bounds]  # float with float: faster
             real = [*real, f"{x} < _INF"] if real else [f"-_INF < {x} < _INF"]  # a NaN fails either
+            bounded = bounds and all(node[k] >= -BEYOND_DOUBLE for k, _ in bounds)  # below: no integer either
+            low = [f"{x} < {BEYOND_DOUBLE}" if bounded else f"{-BEYOND_DOUBLE} < {x} < {BEYOND_DOUBLE}", *low]
             each = {
                 "null": [f"{x} is None"],
                 "boolean": [f"({x} is True or {x} is False)"],
@@ -300,9 +296,20 @@ class _QuickChecks:
                 rest += self.inline(extra, y, depth + 3) or [f"{more}        pass"]
             else:
                 rest += [f"{more}for {y} in {x}.values():", *(self.inline(extra, y, depth + 2) or [f"{more}    pass"])]
+        elif extra is True and "type" in node:  # free keys beside the known ones (a typed object's own)
+            rest += [f"{more}for _key{depth}, _y{depth + 1} in {x}.items():"]
+            rest += [
+                f"{more}    if _key{depth} not in {self.constant(frozenset(props))} and not _all_finite(_y{depth + 1}):"
+            ]
+            rest += [f"{more}        return False"]
         if extra is False:
             rest = [f"{more}{count} = {len(present)}", *rest, f"{more}if len({x}) != {count}: return False"]
         return [*lines, f"{pad}if len({x}) != {len(present)}:", *rest] if rest else lines
+
+
+def _free(node: Schema) -> bool:
+    """Whether ``node`` leaves its value free: no keyword but annotations."""
+    return not node.keys() - ANNOTATIONS
 
 
 def _subschemas(node: Any) -> Iterator[Schema]:
@@ -334,9 +341,10 @@ class Validator:
         namespace: dict[str, Any] = {
             **quick.constants,
             "_INF": math.inf,
+            "_all_finite": all_finite,
             "_isinstance": isinstance,
             "_type": type,
-            "_is_number": _is_number,
+            "_is_number": is_number,
             "_in_enum": lambda value, options: any(_same(value, o) for o in options),
             "_date_time": is_date_time,
             "_valid": lambda node, value: not self._problems(node, value),
@@ -399,11 +407,15 @@ class Validator:
         types = _types(node)
         if problems and types is not None and not any(TYPES[t][0](value) for t in types):
             return  # of the wrong type: nothing more to say about its contents
+        if _free(node):
+            out += free_numbers(value, path)
         if isinstance(value, dict):
             self._walk_object(node, value, path, out)
         if isinstance(value, list) and "items" in node:
             for i, item in enumerate(value):
                 self._walk(node["items"], item, (*path, i), out)
+        elif isinstance(value, list) and types is not None:  # free items
+            out += free_numbers(value, path)
         if "if" in node:
             branch = "else" if self._problems(node["if"], value) else "then"
             if branch in node:
@@ -419,6 +431,8 @@ class Validator:
             if key in props:
                 self._walk(props[key], item, (*path, key), out)
             elif extra is False:
-                out.append((path, f"unknown key {_show(key)} {UNKNOWN_KEY}"))
+                out.append((path, f"unknown key {show(key)} {UNKNOWN_KEY}"))
             elif isinstance(extra, Mapping):
                 self._walk(extra, item, (*path, key), out)
+            elif "type" in node:  # a free key of a typed object
+                out += free_numbers(item, (*path, key))
