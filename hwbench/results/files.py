@@ -2,17 +2,20 @@
 
 ``schema_version`` is an integer kept apart from the package version. Files are written
 atomically and never overwrite an existing file (:func:`write_new`, for every command that
-writes); the loader migrates older versions and refuses newer ones.
+writes); the loader checks an older version against its own schema (every version it reads
+has one shipped, ``schema/results-vN.json``), migrates it, and refuses newer ones.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
 import gc
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -23,12 +26,15 @@ from hwbench.core.errors import UserError
 from hwbench.core.records import KIND, SCHEMA_VERSION, STATUSES, finite  # defined with the records; read from here too
 from hwbench.core.text import MAX_RESULTS_BYTES, read_regular_text
 from hwbench.results.schema.validator import Validator
+from hwbench.results.schema.values import show
 
 _orjson: Any
 try:  # a faster parser, for the documents it reads as json does (see parse)
     import orjson as _orjson
 except ImportError:  # json reads every document, slower
     _orjson = None
+#: orjson's writer, for :func:`_keys_unique` (where orjson parses).
+_orjson_dumps: Callable[[Any], bytes] | None = None if _orjson is None else _orjson.dumps
 
 __all__ = [
     "KIND",
@@ -45,9 +51,12 @@ __all__ = [
     "migrate",
     "parse",
     "read",
+    "read_document",
     "save",
     "schema",
+    "schema_shipped",
     "validate",
+    "version",
     "write_new",
 ]
 
@@ -61,10 +70,18 @@ def _from_v1(doc: dict[str, Any]) -> dict[str, Any]:
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 
 
+def _schema_file(version: int) -> Any:
+    return resources.files("hwbench.results.schema").joinpath(f"results-v{version}.json")
+
+
 def schema(version: int | None = None) -> dict[str, Any]:
     """The JSON Schema of the results format ``version`` (default: the current one)."""
-    name = f"results-v{SCHEMA_VERSION if version is None else version}.json"
-    return json.loads(resources.files("hwbench.results.schema").joinpath(name).read_text())
+    return json.loads(_schema_file(SCHEMA_VERSION if version is None else version).read_text())
+
+
+def schema_shipped(version: int) -> bool:
+    """Whether the JSON Schema of ``version`` is shipped (each version the loader reads has one)."""
+    return _schema_file(version).is_file()
 
 
 @functools.cache
@@ -77,36 +94,46 @@ def validate(doc: Any) -> list[str]:
     """Every problem of ``doc`` as a line ``PATH: WHAT`` (empty when valid): the one validity rule.
 
     The schema (closed records, figures never negative, RFC 3339 times, a reason for every
-    status but ok) and finite numbers; :func:`load`, and so every command that reads a
-    results file, applies the same. An older document is checked as :func:`load` reads
-    it: migrated first (on a copy).
+    status but ok) and numbers finite as doubles wherever they are; :func:`load`, and so
+    every command that reads a results file, applies the same. An older document is checked
+    against the schema of its own version, then as :func:`load` reads it: migrated (on a copy).
     """
-    if isinstance(doc, dict):
-        version = doc.get("schema_version")
-        if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
-            try:
-                doc = migrate(copy.deepcopy(doc))
-            except UserError as exc:
-                return [f"schema_version: {exc}"]
     with _no_collection():
+        if isinstance(doc, dict):
+            older = doc.get("schema_version")
+            if isinstance(older, int) and not isinstance(older, bool) and older < SCHEMA_VERSION:
+                own = _validator(older).errors(doc) if schema_shipped(older) else []
+                if own:
+                    return own
+                try:
+                    doc = migrate(copy.deepcopy(doc))
+                except UserError as exc:
+                    return [f"schema_version: {exc}"]
         return _validator(SCHEMA_VERSION).errors(doc)
 
 
-def migrate(doc: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older document up to :data:`SCHEMA_VERSION`; refuse a newer one."""
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
+def version(doc: dict[str, Any]) -> int:
+    """The ``schema_version`` of ``doc`` when this hwbench reads it (migrating an older one); UserError otherwise."""
+    found = doc.get("schema_version")
+    if not isinstance(found, int) or isinstance(found, bool):
         raise UserError("not an hwbench results file: 'schema_version' is missing or not an integer")
-    if version > SCHEMA_VERSION:
+    if found > SCHEMA_VERSION:
         raise UserError(
-            f"results file has schema_version {version}, newer than this hwbench reads "
+            f"results file has schema_version {found}, newer than this hwbench reads "
             f"({SCHEMA_VERSION}): upgrade hwbench to read it"
         )
-    while version < SCHEMA_VERSION:
-        if version not in MIGRATIONS:
-            raise UserError(f"results file has schema_version {version}, which this hwbench cannot migrate")
-        doc = MIGRATIONS[version](doc)
-        version = doc["schema_version"] = version + 1
+    missing = [v for v in range(found, SCHEMA_VERSION) if v not in MIGRATIONS]
+    if missing:
+        raise UserError(f"results file has schema_version {missing[0]}, which this hwbench cannot migrate")
+    return found
+
+
+def migrate(doc: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older document up to :data:`SCHEMA_VERSION`; refuse a newer one (:func:`version`)."""
+    at = version(doc)
+    while at < SCHEMA_VERSION:
+        doc = MIGRATIONS[at](doc)
+        at = doc["schema_version"] = at + 1
     return doc
 
 
@@ -162,24 +189,78 @@ def parse(text: str) -> Any:
     return json.loads(text)
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """Read, parse and migrate a results file, without validating it; UserError (one line) on any problem."""
+#: A key whose closing quote a space parts from its colon (or a string that holds such text).
+_SPACED_KEY = re.compile(r'"[ \t\n\r]+:')
+
+
+def _keys_unique(text: str, doc: Any) -> bool:
+    """Whether no object of the JSON ``text`` (parsed: ``doc``) repeats a key, where counting proves it.
+
+    Each ``":`` of ``text`` ends a key or opens a string starting with a colon, unless a key
+    is spaced from its colon, a quote escaped before a colon (``\\":``) or a colon escaped
+    (``\\u003a``). orjson writes ``doc`` compact, strings as they are: without ``\\":`` there,
+    its count is ``doc``'s keys and such strings, never more than the text's, so the same
+    count means no key was dropped. False where counting cannot tell (:func:`_duplicate_key` reads it)."""
+    escaped = "\\" in text
+    if _orjson is None or _orjson_dumps is None or _SPACED_KEY.search(text):
+        return False
+    if escaped and ('\\":' in text or "\\u003a" in text or "\\u003A" in text):
+        return False
+    try:
+        written = _orjson_dumps(doc)
+    except TypeError:  # orjson's JSONEncodeError: an integer beyond 64 bits
+        return False
+    if escaped and b'\\":' in written:
+        return False
+    return text.count('":') == written.count(b'":')
+
+
+def _duplicate_key(text: str) -> str | None:
+    """The first key found given twice in one object of the JSON ``text`` (read as json reads it), if any."""
+    found: list[str] = []
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs) and not found:
+            counts = collections.Counter(key for key, _ in pairs)
+            found.append(next(key for key, _ in pairs if counts[key] > 1))
+        return obj
+
+    json.loads(text, object_pairs_hook=unique)
+    return found[0] if found else None
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a results file as written: neither migrated nor validated; UserError (one line) otherwise.
+
+    A UTF-8 byte order mark before it is passed over (editors on Windows write one); a key
+    given twice in one object is refused (json would keep the last value silently)."""
     path = Path(path)
-    text = read_regular_text(path, MAX_RESULTS_BYTES, "results file")
+    text = read_regular_text(path, MAX_RESULTS_BYTES, "results file").removeprefix("\ufeff")
     if not text or text.isspace():
         raise UserError(f"{path}: the file is empty, not an hwbench results file")
     try:
         with _no_collection():
             doc = parse(text)
+            key = None if not isinstance(doc, dict) or _keys_unique(text, doc) else _duplicate_key(text)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); the file may be truncated"
         ) from None
     except (ValueError, RecursionError) as exc:  # a number of too many digits, arrays nested too deep
         raise UserError(f"{path}: not a JSON document hwbench can read ({exc.__class__.__name__}: {exc})") from None
-    del text  # a large file is held once: as text while parsed, then as the document
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not an hwbench results file (top level is not an object)")
+    if key is not None:
+        raise UserError(
+            f"{path}: the key {show(key)} is given twice in one object, so which value counts is unclear: keep one"
+        )
+    return doc
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """Read, parse and migrate a results file, without validating it; UserError (one line) on any problem."""
+    doc = read_document(path)
     try:
         return migrate(doc)
     except UserError as exc:
@@ -187,14 +268,20 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read, migrate and validate (:func:`validate`) a results file; UserError with one line on any problem."""
-    with _no_collection():  # one window for both: no collection between them either
-        doc = read(path)
+    """Read, validate (:func:`validate`: an older file against its own version's schema too) and
+    migrate a results file; UserError with one line on any problem."""
+    with _no_collection():  # one window for all: no collection between them either
+        doc = read_document(path)
+        try:
+            own = version(doc)
+        except UserError as exc:
+            raise UserError(f"{path}: {exc}") from None
         problems = validate(doc)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{path}: invalid results file: {problems[0]}{more}; `hwbench validate` lists all")
-    return doc
+        of = f" (schema_version {own})" if own != SCHEMA_VERSION else ""
+        raise UserError(f"{path}: invalid results file{of}: {problems[0]}{more}; `hwbench validate` lists all")
+    return migrate(doc)
 
 
 def dumps(doc: dict[str, Any]) -> str:
