@@ -133,8 +133,8 @@ def test_failed_sizes_show_their_status_in_place_of_numbers() -> None:
     records[5] = allreduce(65536, 1, None, status="skipped", wrong=None)
     lines = nccl_tables(records)
     rows = data_rows(lines)
-    assert rows[1][5:] == [*rows[1][5:9], "timeout", "N/A"]
-    assert rows[2][5:] == ["parity_failed", "17", "skipped", "N/A"]
+    assert rows[1][5:] == [*rows[1][5:9], "timeout", "N/A", "N/A", "N/A"]
+    assert rows[2][5:] == ["parity_failed", "N/A", "N/A", "17", "skipped", "N/A", "N/A", "N/A"]
     ok = [r["metrics"]["busbw_gbps"] for r in records if r["status"] == "ok"]
     assert f"# Avg bus bandwidth    : {sum(ok) / len(ok):g} (3 of 6 timings ok)" in lines
     assert "# Out of bounds values : 1 FAILED" in lines
@@ -144,7 +144,7 @@ def test_failed_sizes_show_their_status_in_place_of_numbers() -> None:
 
 def test_nothing_ok_and_a_missing_placement() -> None:
     lines = nccl_tables([allreduce(64, 0, None, status="crashed", wrong=None)])
-    assert data_rows(lines) == [["256", "64", "float", "sum", "-1", "crashed", "N/A", "-", "-", "-", "-"]]
+    assert data_rows(lines) == [["256", "64", "float", "sum", "-1", "crashed", "N/A", "N/A", "N/A", "-", "-", "-", "-"]]
     assert "# Avg bus bandwidth    : N/A (no timing ok)" in lines
 
 
@@ -234,7 +234,7 @@ def test_show_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     table = capsys.readouterr().out
     assert "Avg bus bandwidth" not in table and BUSBW_NOTE in table
     with pytest.raises(SystemExit) as usage:
-        main(["show", str(path), "--format", "csv"])
+        main(["show", str(path), "--format", "xml"])
     assert usage.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
 

@@ -8,13 +8,20 @@ out of place and again for in place), one row per count in the widths of
 ``writeBenchmarkLinePreamble``/``writeBenchmarkLineBody``, and the footer of
 ``writeResultFooter`` (``# Out of bounds values`` and ``# Avg bus bandwidth``, the mean busbw
 over the block's timings, both placements, as nccl-tests averages every timing it printed).
-Every line but the rows starts with ``#``, so a script that reads nccl-tests' output reads
-these blocks too.
+Each block opens with nccl-tests' ``# Collective test starting: PROGRAM`` line and closes with
+its ``# Collective test concluded: PROGRAM`` line, PROGRAM naming the block
+(``all_reduce_perf impl=llvm_shm device=cpu:0 type=float ranks=2``: :func:`block_name`), so a
+script splits the output into blocks as it splits the logs of several nccl-tests runs.
+
+The rule for scripts: every line but the rows starts with ``#``, and every row has
+nccl-tests' 13 columns (:data:`COLUMNS`), whatever happened to its case, so a script that
+reads nccl-tests' output reads these blocks too.
 
 Differences, each said in the legend line: ``time`` is the median iteration (each iteration
 the slowest rank's), where nccl-tests prints the mean; a case that did not run, or whose
-output was wrong, shows its status in place of time, algbw and busbw (``#wrong`` still
-counts the wrong elements when they were counted); a placement without a record shows ``-``.
+output was wrong, shows its status in the time column and ``N/A`` as algbw and busbw
+(``#wrong`` still counts the wrong elements when they were counted); a placement without a
+record shows ``-`` in its four columns.
 """
 
 from __future__ import annotations
@@ -32,8 +39,12 @@ from hwbench.core.text import printable
 NCCL_TYPES = {"fp32": "float", "fp64": "double", "fp16": "half", "bf16": "bfloat16"}
 #: The redop and root nccl-tests prints per collective; others print ``none`` and -1, as its all_gather.
 OPS = {"allreduce": ("sum", -1)}
-#: Width nccl-tests gives time, algbw, busbw together (``%7s  %6s  %6s``): a status goes there.
+#: nccl-tests' program per collective kernel (``all_reduce_perf``); others are ``KERNEL_perf``.
+PROGRAMS = {"allreduce": "all_reduce_perf"}
+#: Width nccl-tests gives time, algbw, busbw together (``%7s  %6s  %6s``): a status and two N/A go there.
 STATUS_WIDTH = 23
+#: The columns of a row: size, count, type, redop, root, then time, algbw, busbw, #wrong twice.
+COLUMNS = 13
 
 LEGEND = (
     "# time: median iteration in us, each the slowest rank's (nccl-tests prints the mean)",
@@ -87,7 +98,9 @@ def _body(record: dict[str, Any] | None) -> str:
     if record is None:
         return f"  {'-':>7}  {'-':>6}  {'-':>6}  {'-':>6}"
     if record["status"] != "ok":
-        return f"  {record['status']:>{STATUS_WIDTH}}  {_wrong(record)}"
+        status = record["status"]
+        cells = f"{status:>7}  {'N/A':>6}  {'N/A':>6}" if len(status) <= 7 else f"{status} N/A N/A"
+        return f"  {cells:>{STATUS_WIDTH}}  {_wrong(record)}"
     median = record["timing"].get("median_s")
     m = record["metrics"]
     time = float_cell(None if median is None else median * 1e6, 7)
@@ -170,10 +183,18 @@ def _footer(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def block_name(kernel: str, device_id: str, impl: str, dtype: str | None, ranks: Any) -> str:
+    """What the lines opening and closing a block name: nccl-tests' program, then the block's
+    implementation, device (``BACKEND:INDEX``), type and ranks as ``KEY=VALUE`` words."""
+    type_name = NCCL_TYPES.get(dtype or "", dtype or "-")
+    program = PROGRAMS.get(kernel, f"{kernel}_perf")
+    return f"{program} impl={impl} device={device_id} type={type_name} ranks={ranks}"
+
+
 def nccl_tables(records: Iterable[dict[str, Any]], device: bool = False) -> list[str]:
     """The blocks of the collective records among ``records`` (each line made printable), after
     the legend; no lines when there are none. ``device`` names the device (``BACKEND:INDEX``) in
-    each block's title rather than the backend."""
+    each block's title rather than the backend. Every line but the rows starts with ``#``."""
     blocks = _blocks(r for r in records if is_collective(r))
     if not blocks:
         return []
@@ -181,8 +202,10 @@ def nccl_tables(records: Iterable[dict[str, Any]], device: bool = False) -> list
     for (kernel, backend, device_id, impl, dtype, ranks), members in blocks.items():
         kind = members[0].get("impl_kind")
         type_name = NCCL_TYPES.get(dtype or "", dtype or "-")
+        name = block_name(kernel, device_id, impl, dtype, ranks)
         lines += [
             "#",
+            f"# Collective test starting: {name}",
             f"# {kernel} on {device_id if device else backend}: {impl}"
             + (f" ({kind})" if kind else "")
             + f", {type_name}, {ranks} ranks",
@@ -190,6 +213,8 @@ def nccl_tables(records: Iterable[dict[str, Any]], device: bool = False) -> list
             *HEADER,
             *(_row(kernel, dtype, count, pair) for count, pair in _pairs(members)),
             *_footer(members),
+            "#",
+            f"# Collective test concluded: {name}",
         ]
     lines.append("#")
     return [printable(line).rstrip() for line in lines]

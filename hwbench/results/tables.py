@@ -104,23 +104,42 @@ def device_id(record: dict[str, Any]) -> str:
     return f"{record['backend']}:{index}" if isinstance(index, int) and index >= 0 else "-"
 
 
+def figures(record: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a record's table row, as numbers (None where it has none): ``median_s``,
+    ``tflops``, ``gbps`` (a collective's busbw), ``pct_peak`` (a bandwidth kernel's share of
+    the memory bandwidth), ``speed_vs_native``, and whether the timing is ``noisy``."""
+    m, t = record["metrics"], record["timing"]
+    return {
+        "median_s": t.get("median_s"),
+        "tflops": m.get("tflops"),
+        "gbps": m.get("busbw_gbps", m.get("gbps")),
+        "pct_peak": m["pct_bw_peak"] if "pct_bw_peak" in m else m.get("pct_peak"),
+        "speed_vs_native": m.get("speed_vs_native"),
+        "noisy": _noisy(record),
+    }
+
+
+def shape_text(record: dict[str, Any]) -> str:
+    """The record's shape as the table shows it (``M=1024,N=1024,K=1024``, ``triad,n=4194304``)."""
+    return _shape(record["shape"], record["kernel"])
+
+
 def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
     """One table row of a record (with its ``BACKEND:INDEX`` after the backend when ``device``)."""
-    m, t = record["metrics"], record["timing"]
-    ratio = m.get("speed_vs_native")
+    f = figures(record)
     return (
         record["backend"],
         *((device_id(record),) if device else ()),
         record["kernel"],
         record["impl"],
         record.get("dtype") or "-",
-        _shape(record["shape"], record["kernel"]),
+        shape_text(record),
         record["status"],
-        seconds(t.get("median_s")) + ("~" if _noisy(record) else ""),
-        _rate(m.get("tflops"), record.get("dtype")),
-        _num(m.get("busbw_gbps", m.get("gbps")), ".4g"),
-        _num(m["pct_bw_peak"] if "pct_bw_peak" in m else m.get("pct_peak"), ".1f"),
-        speed(ratio),
+        seconds(f["median_s"]) + ("~" if f["noisy"] else ""),
+        _rate(f["tflops"], record.get("dtype")),
+        _num(f["gbps"], ".4g"),
+        _num(f["pct_peak"], ".1f"),
+        speed(f["speed_vs_native"]),
         _parity(record["parity"]),
     )
 
@@ -140,13 +159,29 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     return aligned(rows, headers, NUMBER_COLUMNS)
 
 
+def nccl_form(doc: dict[str, Any], collective: str = "nccl") -> bool:
+    """Whether :func:`summary` prints ``doc`` as nccl-tests' output: ``collective`` is ``"nccl"``
+    and the file holds collective records. Then every line but nccl-tests' rows starts with
+    ``#``, and so must every line printed after it on the same stream (:func:`comment`)."""
+    return collective == "nccl" and any(is_collective(r) for r in doc["records"])
+
+
+def comment(text: str) -> str:
+    """``text`` with every line a comment of nccl-tests' output: ``# `` before each line that
+    does not start with ``#``, and ``#`` for an empty one."""
+    return "\n".join(line if line.startswith("#") else f"# {line}".rstrip() for line in text.split("\n"))
+
+
 def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl") -> str:
     """Header, results table and the reasons behind every record that is not ok (and the file's
     warnings, unless ``warnings`` is False: ``run`` prints those on stderr).
 
     Records of kernels that span ranks (AllReduce) print as nccl-tests does
     (:mod:`hwbench.results.nccl`) when ``collective`` is ``"nccl"``, in the table with the
-    others when it is ``"table"`` (its GB/s being their busbw, said under it)."""
+    others when it is ``"table"`` (its GB/s being their busbw, said under it). In nccl-tests'
+    form (:func:`nccl_form`) every other line, the table of the other kernels included, is a
+    ``#`` comment: a script that reads each line not starting with ``#`` as a row of
+    nccl-tests' 13 columns reads only the rows."""
     if collective not in ("nccl", "table"):
         raise ValueError(f"collective is 'nccl' or 'table', not {collective!r}")
     host, run = doc["host"], doc["run"]
@@ -183,15 +218,20 @@ def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl"
         lines += ["", table((row(r, device) for r in cases), headers) if cases else "no cases ran"]
     if any(is_collective(r) for r in cases):
         lines.append(BUSBW_NOTE)
-    if spanning:
-        lines += ["", *nccl_tables(spanning, device)]
-    lines += _notes([quiet.get(id(r), r) for r in records], device)
+    blocks = nccl_tables(spanning, device) if spanning else []
+    after = _notes([quiet.get(id(r), r) for r in records], device)
     health = [printable(line) for line in health_lines(doc)]
-    lines += ["", *health] if health else []
+    after += ["", *health] if health else []
     price = next((r["metrics"].get("price_source") for r in records if r["metrics"].get("price_source")), None)
     if price:
-        lines.append(printable(f"price: {price}"))
-    return "\n".join(lines)
+        after.append(printable(f"price: {price}"))
+    if not blocks:
+        return "\n".join(lines + after)
+    # nccl-tests' form: the blocks' rows are the only lines that are not comments
+    parts = [comment("\n".join(lines)), "#", *blocks]
+    if after:
+        parts.append(comment("\n".join(after)))
+    return "\n".join(parts)
 
 
 def _notes(records: list[dict[str, Any]], device: bool = False) -> list[str]:
