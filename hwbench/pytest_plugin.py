@@ -23,10 +23,21 @@ Pass ``native_median_s`` (e.g. that test's median) to compare against a figure y
 ``extra_info`` then carries ``tflops``, ``pct_peak``, ``parity``, ``porting_overhead``,
 ``native_impl``, ``device`` and the device-timer median, so ``pytest --benchmark-json``
 files hold them beside pytest-benchmark's own statistics.
+
+Rounds: without ``rounds=``, the case's first calls (its warm-up) measure one round, and the
+rounds fill ``--benchmark-max-time`` (at least ``--benchmark-min-rounds``), as pytest-benchmark
+sizes its own rounds; a gate on the mean (``--benchmark-compare-fail=mean:5%``) or
+``--benchmark-precision`` asks for more where the warm-up's spread needs them for the mean's
+margin at ``--benchmark-confidence``, up to ten times ``--benchmark-max-time``. Whatever the
+rounds, a gate on the mean that the recorded rounds' own noise can trip warns, naming the
+median and ``hwbench compare`` as the gates that hold on a noisy machine.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -103,6 +114,121 @@ def _warn_if_noisy(impl: str, timing: Summary, budget_s: float) -> None:
         )
 
 
+#: Calls of the case before its rounds measure one round, at most (a fast case stops at this many).
+CALIBRATION_CALLS = 1000
+#: Share of ``--benchmark-max-time`` those calls take, at least (after the warm-up rounds and two more).
+CALIBRATION_SHARE = 0.1
+#: A gate on the mean or ``--benchmark-precision`` may take this many times ``--benchmark-max-time``.
+GATE_TIME_FACTOR = 10
+#: The most rounds chosen (pytest-benchmark's own rounds batch a fast call into iterations; these cannot).
+MAX_ROUNDS = 100_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the pytest session asks of a benchmark's rounds, from pytest-benchmark's own options."""
+
+    min_rounds: int = 5
+    max_time_s: float = 1.0
+    #: ``--benchmark-precision``: the mean's relative margin at ``confidence``, or None.
+    precision: float | None = None
+    confidence: float = 0.99
+    #: ``--benchmark-compare-fail`` checks on the mean: (as written, threshold, threshold is a percentage).
+    mean_gates: tuple[tuple[str, float, bool], ...] = ()
+
+    @classmethod
+    def of(cls, config: Any) -> Budget:
+        """The budget of a pytest ``config`` (defaults where an option is missing)."""
+
+        def option(name: str, default: Any) -> Any:
+            value = config.getoption(name, default) if config is not None else default
+            return default if value is None else value
+
+        gates = []
+        for check in option("benchmark_compare_fail", []):
+            if getattr(check, "field", None) == "mean":
+                percent = type(check).__name__.startswith("Percentage")
+                gates.append((f"mean:{check.threshold:g}{'%' if percent else ''}", float(check.threshold), percent))
+        return cls(
+            min_rounds=int(option("benchmark_min_rounds", 5)),
+            max_time_s=float(option("benchmark_max_time", 1.0)),
+            precision=option("benchmark_precision", None),
+            confidence=float(option("benchmark_confidence", 0.99)),
+            mean_gates=tuple(gates),
+        )
+
+    @property
+    def z(self) -> float:
+        """The two-sided normal quantile of ``confidence``."""
+        return statistics.NormalDist().inv_cdf(0.5 + self.confidence / 2)
+
+    def margins(self, mean: float) -> list[tuple[str, float]]:
+        """Each gate on the mean as (its text, the relative change it allows around ``mean``)."""
+        return [(text, t / 100 if percent else t / mean) for text, t, percent in self.mean_gates if mean > 0]
+
+    def rounds_needed(self, samples: list[float]) -> int:
+        """Rounds for the mean of ``samples``' spread to meet every gate on the mean (two runs'
+        means differ by sqrt(2) margins) and ``precision``; 0 where nothing asks."""
+        if len(samples) < 2 or statistics.fmean(samples) <= 0:
+            return 0
+        mean = statistics.fmean(samples)
+        cv = statistics.stdev(samples) / mean
+        needs = [2 * (self.z * cv / allowed) ** 2 for _, allowed in self.margins(mean) if allowed > 0]
+        if self.precision:
+            needs.append((self.z * cv / self.precision) ** 2)
+        return math.ceil(max(needs, default=0))
+
+    def rounds(self, device_s: list[float], round_s: list[float]) -> int:
+        """The rounds of a case whose calls took ``device_s`` on its timer and ``round_s`` each on
+        the wall clock with the cache flush: ``max_time_s`` filled (at least ``min_rounds``), more
+        for the gates up to ``GATE_TIME_FACTOR`` times that time, never more than ``MAX_ROUNDS``."""
+        wall = max(statistics.median(round_s), 1e-9)
+        filled = max(self.min_rounds, math.ceil(self.max_time_s / wall))
+        cap = max(filled, math.ceil(GATE_TIME_FACTOR * self.max_time_s / wall))
+        return min(max(filled, min(self.rounds_needed(device_s), cap)), MAX_ROUNDS)
+
+
+def _calibrate(timer: Any, run: Callable[[], None], flusher: Any, warmup_rounds: int, budget: Budget) -> int:
+    """The case's first calls (its warm-up: ``warmup_rounds``, then until ``CALIBRATION_SHARE``
+    of the time budget has passed), timed as rounds are; the rounds they call for."""
+    device_s: list[float] = []
+    round_s: list[float] = []
+    started = time.perf_counter()
+    while True:
+        begin = time.perf_counter()
+        if flusher is not None:
+            flusher()
+        device_s.append(timer.time(run))
+        round_s.append(time.perf_counter() - begin)
+        calls = len(device_s)
+        enough = calls >= warmup_rounds + 2 and time.perf_counter() - started >= CALIBRATION_SHARE * budget.max_time_s
+        if enough or calls >= max(CALIBRATION_CALLS, warmup_rounds + 2):
+            cold = max(warmup_rounds, 1) if calls - max(warmup_rounds, 1) >= 2 else 0  # first calls warm up
+            return budget.rounds(device_s[cold:], round_s[cold:])
+
+
+def _warn_if_gate_too_tight(benchmark: Any, budget: Budget) -> None:
+    """A warning for each gate on the mean that the recorded rounds' own noise can trip: two
+    runs of unchanged code differ by up to sqrt(2) of the mean's margin at ``confidence``."""
+    data = list(getattr(getattr(getattr(benchmark, "stats", None), "stats", None), "data", None) or [])
+    if len(data) < 2 or not budget.mean_gates or statistics.fmean(data) <= 0:
+        return
+    mean = statistics.fmean(data)
+    cv = statistics.stdev(data) / mean
+    spread = math.sqrt(2) * budget.z * cv / math.sqrt(len(data))
+    for text, allowed in budget.margins(mean):
+        if spread > allowed:
+            warnings.warn(
+                f"hwbench_case: --benchmark-compare-fail={text} is within this benchmark's noise: over "
+                f"{len(data)} rounds with a CV of {cv:.0%}, two runs of unchanged code differ by up to "
+                f"{spread:.1%} in the mean ({budget.confidence:.0%} confidence); gate on the median "
+                "(--benchmark-compare-fail=median:10%) or with `hwbench compare --fail-on median:5%` "
+                "(a significance test on the samples), or give more rounds",
+                pytest.PytestWarning,
+                stacklevel=3,
+            )
+
+
 def _step(step: Callable[[], Any]) -> Any:
     """``step()``; a failing step fails the test with its status and reason."""
     try:
@@ -125,8 +251,9 @@ def _checked(steps: Pipeline, case: Case) -> tuple[Prepared, dict[str, Any]]:
 class HwbenchCase:
     """The callable the ``hwbench_case`` fixture returns; use it once per test."""
 
-    def __init__(self, benchmark: Any) -> None:
+    def __init__(self, benchmark: Any, config: Any = None) -> None:
         self._benchmark = benchmark
+        self._budget = Budget.of(config)
 
     def __call__(self, kernel: str, shape: Mapping[str, int], **options: Any) -> CaseResult:
         """Prepare, check and time one case; fill ``benchmark.extra_info`` (options: :meth:`run`)."""
@@ -135,6 +262,13 @@ class HwbenchCase:
         except pytest.skip.Exception:
             self._benchmark.skipped = True  # a skipped case is not "a benchmark fixture left unused"
             raise
+
+    def _rounds(self, timer: Any, run: Callable[[], None], flusher: Any, warmup_rounds: int) -> tuple[int, int]:
+        """Rounds and warm-up rounds chosen for the session: the warm-up calls measure a round,
+        then as many rounds as the budget and the gates ask (:meth:`Budget.rounds`)."""
+        if self._benchmark.disabled:
+            return 1, 0  # --benchmark-disable: pedantic calls once, untimed
+        return _calibrate(timer, run, flusher, warmup_rounds, self._budget), 0
 
     def run(
         self,
@@ -147,7 +281,7 @@ class HwbenchCase:
         device: int = 0,
         native: bool = True,
         native_median_s: float | None = None,
-        rounds: int = 20,
+        rounds: int | None = None,
         warmup_rounds: int = 2,
         native_budget_s: float = 0.5,
         flush: bool = True,
@@ -158,6 +292,8 @@ class HwbenchCase:
         ``impl`` is an implementation name (``llvm``, ``numpy``) or a kind (``portable``,
         ``native``: the first the backend lists). ``native_median_s`` gives the native's
         median yourself instead of timing it here; ``native=False`` skips the native.
+        ``rounds`` (default: chosen from pytest-benchmark's options, see the module's text)
+        are the timed calls pytest-benchmark records, after ``warmup_rounds``.
         """
         steps = Pipeline()
         full_shape = get_kernel(kernel).complete(dict(shape))
@@ -178,7 +314,11 @@ class HwbenchCase:
         benchmark = self._benchmark
         benchmark.group = f"{kernel} {spec.describe_shape(full_shape)} {dtype}"
         cleared = _step(lambda: steps.clear(prepared))
+        if rounds is None:
+            rounds, warmup_rounds = self._rounds(timer, prepared.run, flusher, warmup_rounds)
         benchmark.pedantic(timed_call, setup=flusher, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        if not benchmark.disabled:
+            _warn_if_gate_too_tight(benchmark, self._budget)
         timed = samples[-rounds:]  # pedantic's warm-up rounds come first
         median = _median(timed)
         if samples:  # not under --benchmark-disable's single call without timing
@@ -268,6 +408,6 @@ def _result(
 
 
 @pytest.fixture
-def hwbench_case(benchmark: Any) -> Callable[..., CaseResult]:
+def hwbench_case(benchmark: Any, request: pytest.FixtureRequest) -> Callable[..., CaseResult]:
     """Run one hwbench case under pytest-benchmark (see :meth:`HwbenchCase.run`)."""
-    return HwbenchCase(benchmark)
+    return HwbenchCase(benchmark, request.config)
