@@ -153,9 +153,12 @@ class Prepared(ABC):
         """The output of the last run, on the host."""
 
     def clear_output(self) -> bool:
-        """Fill the output with NaN where it lives, so the output after the timed calls shows that
-        they computed it; False (the default) where this case cannot (a call that returns a new
-        array each time needs no clearing: its last result is checked as it is)."""
+        """Fill the output with NaN (a sentinel for integers) where it lives, so the output after
+        the timed calls shows that they computed it; False (the default) where this case cannot.
+        Then the pipeline fills the array :meth:`result` hands back where that is the same
+        writable array each time; where :meth:`result` returns a new copy each time, the record
+        says its timed calls were not verified (a call that returns a new output object each time
+        is verified by that object's identity)."""
         return False
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
+import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from hwbench.core.kernel import Kernel
 from hwbench.core.records import failed, new_record
 from hwbench.core.registry import get_backend, get_kernel
 from hwbench.run import parity as parity_mod
+from hwbench.run.parity import Guard, poison, unverified_warning
 from hwbench.run.stats import stability_warnings, summarize, timing_section
 from hwbench.run.timing import Timing, TimingConfig, measure
 from hwbench.sensors.base import Sensors
@@ -140,6 +142,8 @@ class Pipeline:
         self._devices: dict[str, list[DeviceInfo]] = {}
         self._inputs: tuple[tuple[Any, ...], dict[str, np.ndarray]] | None = None
         self._reference: tuple[tuple[Any, ...], np.ndarray] | None = None
+        #: The guard of the case cleared last: its prepared's id, a weak reference to it, the guard.
+        self._guard: tuple[int, Any, Guard] | None = None
 
     def devices(self, backend: Backend) -> list[DeviceInfo]:
         """The backend's devices (listed once)."""
@@ -243,13 +247,35 @@ class Pipeline:
         known = library_accuracy(case)
         return found, f"{why}; {known}" if known else why
 
-    @staticmethod
-    def clear(prepared: Prepared) -> bool:
-        """Clear the output before the timed calls (see ``Prepared.clear_output``); CaseFailed when that fails."""
+    def clear(self, prepared: Prepared) -> bool:
+        """Clear the output before the timed calls: the backend's ``Prepared.clear_output``, else
+        the pipeline fills the one writable array ``result()`` hands back each time (NaN, or a
+        sentinel integer); True when either did. :meth:`recheck` says what was done (a
+        :class:`Guard`); CaseFailed when clearing fails."""
         try:
-            return prepared.clear_output()
+            guard = Guard("cleared") if prepared.clear_output() else self._fill(prepared)
         except Exception as exc:
             raise CaseFailed("runtime_error", f"clearing the output failed: {error_line(exc)}") from exc
+        try:
+            ref: Any = weakref.ref(prepared)
+        except TypeError:  # a prepared class without weak references: its id alone
+            ref = None
+        self._guard = (id(prepared), ref, guard)
+        return guard.how in ("cleared", "poisoned")
+
+    def _fill(self, prepared: Prepared) -> Guard:
+        """The pipeline's own clearing: see :func:`~hwbench.run.parity.poison`."""
+        first, again = prepared.result(), prepared.result()
+        return poison(first, again, list(self._inputs[1].values()) if self._inputs is not None else [])
+
+    def guard(self, prepared: Prepared, cleared: bool) -> Guard:
+        """What :meth:`clear` did to ``prepared``'s output; where it did not see this one,
+        ``cleared`` says whether the caller cleared it."""
+        if self._guard is not None:
+            key, ref, guard = self._guard
+            if key == id(prepared) and (ref is None or ref() is prepared):
+                return guard
+        return Guard("cleared" if cleared else "")
 
     @staticmethod
     def time(case: Case, prepared: Prepared, config: TimingConfig) -> Timing:
@@ -269,12 +295,21 @@ class Pipeline:
         return timing
 
     def recheck(self, case: Case, prepared: Prepared, cleared: bool) -> tuple[dict[str, Any], str]:
-        """Parity of the output the timed calls left (cleared before them where ``cleared``), and
-        why it failed: a kernel right on its first call and wrong, or idle, afterwards fails here."""
-        found, why = self.parity(case, self.last_output(prepared))
-        found["after_timing"] = "cleared before the timed calls" if cleared else "as the last call left it"
+        """Parity of the output the timed calls left, and why it failed: a kernel right on its first
+        call and wrong, or idle, afterwards fails here wherever the output was cleared before them
+        (:meth:`clear`; ``cleared`` where the caller cleared it itself). ``after_timing`` says how
+        the output was left for them, or why the timed calls could not be verified."""
+        guard = self.guard(prepared, cleared)
+        self._guard = None  # what it held is not kept past the check
+        output = self.last_output(prepared)
+        found, why = self.parity(case, output)
+        found["after_timing"] = guard.after(output)
+        del output
         if why:
-            how = " (the output was cleared before them)" if cleared else ""
+            how = {
+                "cleared": " (the output was cleared before them)",
+                "poisoned": f" (the output was filled with {guard.fill} before them)",
+            }.get(guard.how, "")
             why = f"wrong after the timed calls{how}: {why}"
         return found, why
 
@@ -371,5 +406,8 @@ class CaseRunner:
         except CaseFailed as fail:
             return failed(record, fail.status, fail.reason)
         record["warnings"] = stability_warnings(summarize(timing.samples), timing.resolution_s)
+        unverified = unverified_warning(record["parity"])
+        if unverified:
+            record["warnings"].append(unverified)
         record["wall_s"] = time.perf_counter() - start
         return record

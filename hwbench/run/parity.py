@@ -1,8 +1,10 @@
-"""Compare a kernel's output with its float64 reference."""
+"""Compare a kernel's output with its float64 reference; poison an output before the timed
+calls, so that the check after them sees what they computed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,87 @@ class Parity:
     elements: int
     passed: bool
     reason: str = ""
+
+
+def poison_value(dtype: np.dtype[Any]) -> Any:
+    """What an output of ``dtype`` is filled with before the timed calls: NaN for floating and
+    complex dtypes, the most negative signed and the largest unsigned integer (no kernel's answer
+    everywhere); None where there is none (booleans, objects)."""
+    if dtype.kind in "fc":
+        return np.nan
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(info.min if dtype.kind == "i" else info.max)
+    return None
+
+
+def same_buffer(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` are one array: the same object, or arrays over the same memory with
+    the same layout (two NumPy views of one tensor)."""
+    if a is b:
+        return True
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.nbytes == 0:
+        return False
+    where = a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    return where and (a.shape, a.strides, a.dtype) == (b.shape, b.strides, b.dtype)
+
+
+#: How a record's warning starts when its timed calls could not be verified (status stays ok).
+NOT_VERIFIED = "timed calls not verified"
+#: How a record's ``parity.after_timing`` starts then.
+_NOT_VERIFIED_AFTER = "not verified: "
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What was done to a case's output before its timed calls, so that the check after them
+    sees what they computed: ``cleared`` by the backend (``Prepared.clear_output``),
+    ``poisoned`` by the pipeline (the one writable array ``result()`` hands back each time,
+    filled with ``fill``), ``watched`` (the same array each time, one it cannot fill: a new
+    object after the timed calls shows they made it) or ``unverifiable`` (a new copy on each
+    ``result()`` and no clearing: nothing shows the timed calls computed anything)."""
+
+    how: str
+    fill: str = ""
+    held: Any = None
+
+    def after(self, output: Any) -> str:
+        """The record's ``parity.after_timing`` for ``output``, read after the timed calls."""
+        if self.how == "cleared":
+            return "cleared before the timed calls"
+        if self.how == "poisoned":
+            return f"filled with {self.fill} before the timed calls"
+        if self.how == "watched" and not same_buffer(output, self.held):
+            return "a new output object from the last timed call"
+        if self.how == "watched":
+            why = (
+                "result() hands back the same array before and after them, one hwbench cannot fill "
+                "(read-only, not numeric, or an input)"
+            )
+        elif self.how == "unverifiable":
+            why = "result() returns a new copy on each call and Prepared.clear_output cannot clear the output"
+        else:
+            why = "the output was not cleared before them"
+        return f"{_NOT_VERIFIED_AFTER}{why}; the output checked after the timed calls may be the first call's"
+
+
+def unverified_warning(parity: dict[str, Any] | None) -> str:
+    """The record's warning where its timed calls were not verified (``parity.after_timing``
+    says why), else empty."""
+    after = (parity or {}).get("after_timing") or ""
+    return f"{NOT_VERIFIED}: {after[len(_NOT_VERIFIED_AFTER) :]}" if after.startswith(_NOT_VERIFIED_AFTER) else ""
+
+
+def poison(first: Any, again: Any, inputs: list[np.ndarray]) -> Guard:
+    """Fill the output where ``result()`` handed back the same writable array twice (``first`` and
+    ``again``), and none of the ``inputs``; else say how far the timed calls can be verified."""
+    if not same_buffer(first, again):
+        return Guard("unverifiable")
+    value = poison_value(again.dtype) if isinstance(again, np.ndarray) else None
+    if value is None or not again.flags.writeable or any(np.may_share_memory(again, x) for x in inputs):
+        return Guard("watched", held=again)
+    again.fill(value)
+    return Guard("poisoned", "NaN" if isinstance(value, float) else str(value))
 
 
 #: Elements compared at a time: the temporaries of a chunk stay in the caches, and no
