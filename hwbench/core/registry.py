@@ -9,6 +9,7 @@ through ``HWBENCH_BACKENDS="name=module:attr,..."`` in the environment.
 from __future__ import annotations
 
 import os
+import re
 from functools import cache
 
 from hwbench.core.backend import Backend, Implementation, rank_implementations
@@ -27,19 +28,36 @@ BACKEND_GROUP = "hwbench.backends"
 ENV_BACKENDS = "HWBENCH_BACKENDS"
 
 
+#: What a backend's name may be: it is typed on the command line and in ``--device NAME:INDEX``.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def _from_env() -> dict[str, str]:
     found: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in os.environ.get(ENV_BACKENDS, "").split(","))):
-        name, eq, target = item.partition("=")
-        if not eq or ":" not in target:
+        name, eq, target = (part.strip() for part in item.partition("="))
+        module, colon, attr = target.partition(":")
+        if not eq or not colon or not module.strip() or not attr.strip():
             raise UserError(f"{ENV_BACKENDS} entry '{item}' is not NAME=module:attribute")
-        found[name.strip()] = target.strip()
+        if not NAME.fullmatch(name):
+            what = "has no backend name" if not name else f"names the backend '{name}'"
+            raise UserError(
+                f"{ENV_BACKENDS} entry '{item}' {what}: write NAME=module:attribute with NAME of letters, digits, "
+                "'_', '.' or '-' (e.g. mine=my_backend:MyBackend)"
+            )
+        found[name] = target
     return found
 
 
 def backend_targets() -> dict[str, str]:
     """Every known backend name and where it lives (built-ins first, in a stable order)."""
     return {**BUILTIN_BACKENDS, **group(BACKEND_GROUP), **_from_env()}
+
+
+def plugin_target(name: str) -> str | None:
+    """Where a third-party backend lives (``module:attribute``); None for a built-in or unknown one."""
+    target = backend_targets().get(name)
+    return None if target is None or target == BUILTIN_BACKENDS.get(name) else target
 
 
 @cache
@@ -68,6 +86,7 @@ __all__ = [
     "implementations",
     "kernel_targets",
     "parse_names",
+    "plugin_target",
 ]
 
 

@@ -11,6 +11,7 @@ marked incomplete.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
 from hwbench.core.records import new_document, now
+from hwbench.core.registry import plugin_target
+from hwbench.core.text import printable
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.peaks import recheck_peaks
 from hwbench.run.search import SearchPlan, run_search
@@ -29,6 +32,11 @@ from hwbench.run.worker import Worker, WorkerDied
 #: Seconds allowed for describing the host and each backend, at least (a backend's first
 #: import, e.g. torch or an OpenCL driver, may take long; a case's --timeout may be shorter).
 PROBE_TIMEOUT_S = 120.0
+#: Seconds a third-party backend (an ``hwbench.backends`` entry point, ``HWBENCH_BACKENDS``) has
+#: to import and probe in every command, or the command's ``--timeout`` where that is shorter.
+PLUGIN_PROBE_S = 30.0
+#: Seconds of waiting for a third-party backend's import and probe before saying so on stderr.
+PLUGIN_NOTE_S = 5.0
 
 
 @dataclass
@@ -63,30 +71,50 @@ CollectiveRunner = Callable[
 Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
 
 
-def describe_all(worker: Worker, names: Iterable[str], timeout: float) -> list[dict[str, Any]]:
-    """Describe each backend in the worker; a probe that crashes or hangs makes it unavailable."""
+def describe_all(
+    worker: Worker, names: Iterable[str], timeout: float, plugin_timeout: float | None = None
+) -> list[dict[str, Any]]:
+    """Describe each backend in the worker; a probe that crashes or hangs makes it unavailable.
+
+    A built-in backend has ``timeout`` seconds; a third-party one, whose module hwbench does not
+    know, ``plugin_timeout`` (default: ``timeout``, at most :data:`PLUGIN_PROBE_S`) to import and
+    probe, said on stderr after :data:`PLUGIN_NOTE_S`; the one that does not answer is named."""
     described = []
     for name in names:
+        target = plugin_target(name)
+        limit = timeout if target is None else (plugin_timeout or min(timeout, PLUGIN_PROBE_S))
+        note = threading.Timer(PLUGIN_NOTE_S, _waiting, (name, target, limit))
+        note.daemon = True
+        if target is not None:
+            note.start()
         try:
-            answer = worker.request({"op": "describe", "backend": name}, timeout)
+            answer = worker.request({"op": "describe", "backend": name}, limit)
             if "error" in answer:
-                answer = {
-                    "name": name,
-                    "available": False,
-                    "reason": f"probe failed: {answer['error']}",
-                    "devices": [],
-                    "implementations": {},
-                }
+                answer = _unavailable(name, f"probe failed: {answer['error']}")
         except WorkerDied as died:
-            answer = {
-                "name": name,
-                "available": False,
-                "reason": f"probe {died.status}: {died.reason}",
-                "devices": [],
-                "implementations": {},
-            }
+            reason = f"probe {died.status}: {died.reason}"
+            if target is not None and died.status == "timeout":
+                reason = (
+                    f"probe timeout: backend {name} ({target}) did not answer within {limit:g} s while imported "
+                    f"and probed; the worker was killed (a third-party backend has at most {PLUGIN_PROBE_S:g} s, "
+                    "or the command's --timeout where shorter)"
+                )
+            answer = _unavailable(name, reason)
+        finally:
+            note.cancel()
         described.append(answer)
     return described
+
+
+def _waiting(name: str, target: str, limit: float) -> None:
+    """Say on stderr which third-party backend is still importing or probing."""
+    line = f"hwbench: waiting for backend {name} ({target}) to import and probe (at most {limit:g} s)"
+    print(printable(line), file=sys.stderr, flush=True)
+
+
+def _unavailable(name: str, reason: str) -> dict[str, Any]:
+    """The description of a backend that could not be described."""
+    return {"name": name, "available": False, "reason": reason, "devices": [], "implementations": {}}
 
 
 def _dtypes_for(impls: list[dict[str, Any]], kernel_dtypes: Iterable[str], wanted: list[str] | None) -> list[str]:
@@ -159,6 +187,11 @@ def _on_devices(
     return pairs, skipped
 
 
+def _skipped(kernel: str, backend: str, index: int, why: str) -> dict[str, Any]:
+    """The skipped record of every case of ``kernel`` on ``backend`` (device ``index``, -1: any)."""
+    return failed(base_record(CaseRequest(kernel, "*", backend, index, "", {}), None, None), "skipped", why)
+
+
 def plan_cases(
     plan: Plan,
     backends: list[dict[str, Any]],
@@ -175,29 +208,19 @@ def plan_cases(
         name = backend["name"]
         for kernel in kernels:
             if not backend["available"]:
-                stub = CaseRequest(kernel, "*", name, -1, "", {})
-                skipped.append(
-                    failed(base_record(stub, None, None), "skipped", f"backend {name} unavailable: {backend['reason']}")
-                )
+                skipped.append(_skipped(kernel, name, -1, f"backend {name} unavailable: {backend['reason']}"))
                 continue
             offered = backend["implementations"].get(kernel, [])
             impls = [i for i in offered if plan.impls is None or i["name"] in plan.impls]
             if not impls:
-                stub = CaseRequest(kernel, "*", name, -1, "", {})
-                skipped.append(
-                    failed(base_record(stub, None, None), "skipped", _none_here(name, kernel, offered, plan.impls))
-                )
+                skipped.append(_skipped(kernel, name, -1, _none_here(name, kernel, offered, plan.impls)))
                 continue
             indices = [d["index"] for d in backend["devices"]]
             if plan.devices and name in plan.devices:
                 for absent in sorted(set(plan.devices[name]) - set(indices)):
-                    stub = CaseRequest(kernel, "*", name, absent, "", {})
+                    listed = ", ".join(f"{name}:{i}" for i in indices)
                     skipped.append(
-                        failed(
-                            base_record(stub, None, None),
-                            "skipped",
-                            f"{name} has no device {absent} (its devices: {', '.join(f'{name}:{i}' for i in indices)})",
-                        )
+                        _skipped(kernel, name, absent, f"{name} has no device {absent} (its devices: {listed})")
                     )
                 indices = [i for i in indices if i in plan.devices[name]]
             pairs, unplaced = _on_devices(plan, backend, kernel, indices, shapes[kernel])
@@ -303,6 +326,32 @@ def _numbered(
     return run
 
 
+class _Tally:
+    """The progress the cases report, counted and passed on: cases finished, and how many each
+    part of the run (the cases, the collective's expanded ones) planned."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress, self.finished, self.planned = progress, 0, dict[str, int]()
+
+    def part(self, name: str) -> Progress:
+        """The progress callback of one part of the run."""
+
+        def report(number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+            self.planned[name] = max(self.planned.get(name, 0), total)
+            self.finished += record is not None
+            if self.progress is not None:
+                self.progress(number, total, record, case)
+
+        return report
+
+    def interrupted(self, cases: int, spanning: int, search: bool) -> str:
+        """The document's warning of a run stopped before its end."""
+        if search:
+            return f"interrupted: {self.finished} cases of the search finished (its budget, not a count, ends it)"
+        planned = cases + self.planned.get("collective", spanning)
+        return f"interrupted: {self.finished} of {planned} planned cases finished"
+
+
 def execute(
     plan: Plan,
     kernel_dtypes: Mapping[str, tuple[str, ...]],
@@ -334,9 +383,11 @@ def execute(
         timing=asdict(plan.timing),
     )
     cases: list[CaseRequest] = []
+    spanning: list[CaseRequest] = []
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     interrupted = False
+    tally = _Tally(progress)
     try:
         try:
             host = worker.request({"op": "host"}, max(plan.timeout_s, PROBE_TIMEOUT_S))
@@ -344,7 +395,9 @@ def execute(
             doc["warnings"] = list(host.get("warnings", []))
         except WorkerDied as died:
             doc["warnings"].append(f"host description failed: {died.reason}")
-        backends = describe_all(worker, plan.backends, max(plan.timeout_s, PROBE_TIMEOUT_S))
+        backends = describe_all(
+            worker, plan.backends, max(plan.timeout_s, PROBE_TIMEOUT_S), min(plan.timeout_s, PLUGIN_PROBE_S)
+        )
         doc["backends"] = [
             {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
         ]
@@ -357,10 +410,10 @@ def execute(
             doc["tuning"] = [t.summary() for t in tuned]
         if plan.search is not None and not interrupted:
             records, interrupted, doc["search"] = run_search(
-                cases, backends, plan.search, _numbered(worker, plan.timeout_s, progress, backends)
+                cases, backends, plan.search, _numbered(worker, plan.timeout_s, tally.part("search"), backends)
             )
         elif not interrupted:
-            records, interrupted = run_cases(cases, worker, plan.timeout_s, progress, backends)
+            records, interrupted = run_cases(cases, worker, plan.timeout_s, tally.part("cases"), backends)
         if spanning and not interrupted:
             if collective is None:
                 records += [
@@ -373,7 +426,7 @@ def execute(
                 ]
             else:
                 more, interrupted, doc["collective"] = collective(
-                    spanning, backends, plan.timeout_s, progress, plan.dtypes
+                    spanning, backends, plan.timeout_s, tally.part("collective"), plan.dtypes
                 )
                 records += more
         if not interrupted:  # while the worker (and the host it measured) is still there
@@ -392,5 +445,5 @@ def execute(
     doc["run"]["finished"] = now()
     doc["run"]["incomplete"] = interrupted
     if interrupted:
-        doc["warnings"].append(f"interrupted: {len(records)} of {len(cases)} planned cases finished")
+        doc["warnings"].append(tally.interrupted(len(cases), len(spanning), plan.search is not None))
     return doc
