@@ -51,6 +51,19 @@ def positive_seconds(value: float, flag: str) -> float:
     return value
 
 
+#: The largest ``--seed``: the inputs' generator takes any whole number from 0, and a results
+#: file's ``run.seed`` stays a 64-bit integer for the tools that read it.
+MAX_SEED = 2**63 - 1
+
+
+def seed(value: int, flag: str = "--seed") -> int:
+    """``value`` when it is a seed the inputs' generator takes (0 to :data:`MAX_SEED`); UserError
+    naming ``flag`` otherwise."""
+    if not 0 <= value <= MAX_SEED:
+        raise UserError(f"{flag} must be a whole number from 0 to 2**63-1 (inputs are generated from it), got {value}")
+    return value
+
+
 def fresh_out(out: Path | None, kind: str | None = None) -> Path:
     """The results file to write: ``out`` or the default for ``kind``, refused if it already exists."""
     path = out or default_out(kind)

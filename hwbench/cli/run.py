@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
+from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, seed, to_stdout
 from hwbench.cli.tune import add_run_tune, run_tune_budget
 from hwbench.collective.run import run_collective
 from hwbench.collective.sizes import parse_sizes, sizes_to_counts
@@ -293,7 +293,7 @@ def main(args: argparse.Namespace) -> int:
         dtypes=dtypes,
         impls=list(dict.fromkeys(i.strip() for i in args.impl.split(",") if i.strip())) if args.impl else None,
         devices=_devices(args.device, backends),
-        seed=args.seed,
+        seed=seed(args.seed),
         timeout_s=_timeout(args.timeout),
         timing=_timing(args),
         price=_price(args),
