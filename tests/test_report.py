@@ -233,3 +233,15 @@ def test_text_from_the_files_reaches_the_page_printable(tmp_path: Path) -> None:
     page = build([(tmp_path / "hostile.json", doc)])
     assert "evil\\x1b[2J\\x9b\\u202e" in page
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)
+
+
+def test_figures_near_the_largest_double_still_make_a_page(tmp_path: Path) -> None:
+    """A finite figure near the double's maximum (a log axis would need 10**309) is drawn, not a crash."""
+    assert data_range([1e-3, 1.7e308], log=True) == (1e-3, 1e308)
+    assert data_range([1.7e308], log=True) == (1e307, 1e308)
+    doc = results.load(DATA / "full-cpu.json")
+    for record in doc["records"]:
+        for key, value in list((record.get("metrics") or {}).items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+                record["metrics"][key] = 2.0**1023
+    assert "<svg" in build([(tmp_path / "extreme.json", doc)])

@@ -433,3 +433,13 @@ def test_report_section_only_with_a_model(tmp_path: Path, capsys: pytest.Capture
     page = tmp_path / "r.html"
     assert main(["report", str(base), "--tco", str(EXAMPLE), "-o", str(page)]) == 0
     assert 'id="tco"' in page.read_text()
+
+
+def test_a_model_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    from importlib import resources
+
+    from hwbench.decide.tco_model import load_model
+
+    src = resources.files("hwbench.decide.data").joinpath("tco-example.toml").read_bytes()
+    (tmp_path / "m.toml").write_bytes(b"\xef\xbb\xbf" + src)
+    assert load_model(tmp_path / "m.toml").platforms

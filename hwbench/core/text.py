@@ -62,7 +62,8 @@ def _checked(info: os.stat_result, path: str | Path, limit: int, what: str) -> i
 
 
 def read_regular_text(path: str | Path, limit: int = MAX_RESULTS_BYTES, what: str = "file") -> str:
-    """The UTF-8 text of ``path``, read only when it is a regular file of at most ``limit`` bytes.
+    """The UTF-8 text of ``path`` (a leading byte-order mark dropped), read only when it is a regular
+    file of at most ``limit`` bytes.
 
     The file is opened without blocking (a FIFO cannot stall the open) and checked on the open
     descriptor, so a path swapped after a check is still refused; a file that grows past
@@ -89,7 +90,7 @@ def read_regular_text(path: str | Path, limit: int = MAX_RESULTS_BYTES, what: st
     if len(data) > limit:
         raise UserError(f"{what} {path} grew past the {_size(limit)} hwbench reads while it was read")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise UserError(f"{what} {path} is not UTF-8 text (byte {exc.start} is not): is it the right file?") from None
 

@@ -8,6 +8,7 @@ hover without any script.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -66,9 +67,10 @@ def data_range(values: Sequence[float], log: bool, include_zero: bool = False) -
         return (1.0, 10.0) if log else (0.0, 1.0)
     lo, hi = min(finite), max(finite)
     if log:
-        lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-        if hi_e == lo_e:
-            hi_e += 1
+        top = sys.float_info.max_10_exp  # 10.0**309 overflows: the axis ends at the largest decade a float holds
+        lo_e, hi_e = math.floor(math.log10(lo)), min(math.ceil(math.log10(hi)), top)
+        if hi_e <= lo_e:
+            lo_e, hi_e = min(lo_e, top - 1), min(lo_e, top - 1) + 1
         return 10.0**lo_e, 10.0**hi_e
     if include_zero:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
