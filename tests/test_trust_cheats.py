@@ -168,6 +168,15 @@ def test_a_seed_numpy_refuses_is_bad_input(seed: str, tmp_path: Path, capsys: py
     )
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_tune_refuses_a_seed_numpy_refuses(seed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["tune", "--backend", "cpu", "--kernel", "gemm", "--seed", seed, "--budget", "1", "--quiet"])
+    assert code == 2
+    assert f"--seed must be a whole number from 0 to 2**63-1 (inputs are generated from it), got {seed}" in (
+        capsys.readouterr().err
+    )
+
+
 @pytest.mark.parametrize("entry", ["=mod:attr", " =mod:attr", "a b=mod:attr", "x:y=mod:attr"])
 def test_a_backend_without_a_usable_name_is_refused(entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_BACKENDS, entry)

@@ -229,3 +229,25 @@ def test_a_gate_within_the_noise_of_few_rounds_warns(
             "gate on the median (--benchmark-compare-fail=median:10%)*hwbench compare --fail-on median:5%*"
         ]
     )
+
+
+def test_a_run_with_allreduce_prints_clean_nccl_tests_stdout(tmp_path: Path) -> None:
+    """``hwbench run``'s own stdout, AllReduce beside a GEMM: every line that is not a row of
+    nccl-tests' columns is a comment, the ``results:`` line after the table included."""
+    import subprocess
+
+    from conftest import hwbench_cmd
+
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        hwbench_cmd(
+            "run", "--backend", "cpu", "--kernel", "allreduce,gemm", "--impl", "llvm_shm,numpy", "--ranks", "2",
+            "--shape", "allreduce:count=64", "--shape", "gemm:M=32,N=32,K=32", "--budget", "0.05", "--quiet",
+            "--out", str(out),
+        ),
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _nccl_rows(done.stdout)
+    assert rows and all(len(r) == NCCL_COLUMNS for r in rows), done.stdout
+    assert f"# results: {out}" in done.stdout.splitlines()

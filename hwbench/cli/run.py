@@ -29,7 +29,7 @@ from hwbench.decide.catalog import Catalog, user_price
 from hwbench.results import files as results
 from hwbench.results.derive import add_metrics
 from hwbench.results.roofs import add_achievable
-from hwbench.results.tables import ProgressLine, summary
+from hwbench.results.tables import ProgressLine, comment, nccl_form, summary
 from hwbench.run.runner import Plan, execute
 from hwbench.run.search import BUDGET_S, SEARCH_TIMING, SearchPlan
 from hwbench.run.signals import StopSignals, exit_status
@@ -367,7 +367,8 @@ def _report(doc: dict[str, Any], out: Path | None, saved: Path | None, stops: St
     print(summary(doc, warnings=False), file=stream)
     if out is not None and saved is not None:
         late = saved != out and saved.parent == out.parent  # the name was taken while the cases ran
-        print(f"\nresults: {saved}" + (f" ({out} appeared during the run)" if late else ""), file=stream)
+        line = f"\nresults: {saved}" + (f" ({out} appeared during the run)" if late else "")
+        print(comment(line) if nccl_form(doc) else line, file=stream)
     if doc["run"]["incomplete"] or stops.first is not None:
         print("interrupted: the file holds the cases finished so far", file=sys.stderr)
         return exit_status(stops.first) if stops.first else EXIT_INTERRUPTED

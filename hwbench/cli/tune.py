@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import Options, add_quiet, positive_seconds
+from hwbench.cli.options import Options, add_quiet, positive_seconds, seed
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import PROFILES, parse_shape_arg
@@ -141,7 +141,7 @@ def _plan(args: argparse.Namespace) -> tuple[Plan, dict[str, list[dict[str, int]
         dtypes=dtypes,
         impls=impls,
         devices=_device_choice(args.device, backends),
-        seed=args.seed,
+        seed=seed(args.seed),
         kernels_by_default=not (args.kernel or shapes),
     )
     return plan, {k: shapes.get(k) or get_kernel(k).shapes(args.profile) for k in kernels}
