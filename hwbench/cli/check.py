@@ -6,8 +6,10 @@ the best stream triad >= GB/s, burn decay <= %, no wrong result (burn mismatches
 that failed parity), health readings clean; per host and backend: AllReduce busbw >= GB/s and
 small-message latency <= us (the interconnect's figures: set them in your floors file).
 Default floors per device model ship in hwbench/decide/data/floors.toml, each with its
-reason; --floors FILE (same layout) overrides them. Exit status: 0 all PASS, 1 any FAIL or
-MISSING (--allow-missing passes over absent measurements), 2 bad input.
+reason; --floors FILE (same layout) overrides them. A burn that did not happen in full (errored,
+stopped early, or killed before it finished its file) FAILs its device's burn checks. Exit
+status: 0 all PASS, 1 any FAIL or MISSING (--allow-missing passes over absent measurements, never
+over a burn that did not happen), 2 bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.cli.options import check_out, print_document
+from hwbench.core.text import printable
 from hwbench.decide.acceptance import FAIL, MISSING, PASS, judge
 from hwbench.decide.floors import Floors
 from hwbench.results.checked import load_checked
@@ -78,7 +81,8 @@ def _device(row: dict[str, Any]) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    """The verdict table, then why each check failed or is missing, the figures not judged and the total."""
+    """The verdict table, then why each check failed or is missing, the figures not judged and the total;
+    every text from the files (hosts, devices, reasons) escaped for the terminal."""
     hosts = len(doc["hosts"]) > 1
     headers = (*(("host",) if hosts else ()), "device", "check", "figure", "floor", "verdict")
     rows = [
@@ -92,12 +96,16 @@ def render(doc: dict[str, Any]) -> str:
         )
         for r in doc["checks"]
     ]
-    lines = [table(rows, headers) if rows else "nothing to judge: no record, burn or health entry names a device", ""]
+    head = table(rows, headers) if rows else "nothing to judge: no record, burn or health entry names a device"
+    lines: list[str] = []  # one line each, escaped below (the table's cells are escaped by table())
     for r in doc["checks"]:
         if r["verdict"] == PASS:
             continue
         lines.append(f"{r['verdict']}: {r['host']} {_device(r)} {_what(r)}: {r['detail']}")
-        if r["verdict"] == FAIL:
+        if r.get("unfinished"):
+            sources = ", ".join(u["source"] for u in r["unfinished"])
+            lines.append(f"  the burn did not happen in full, whatever the floor ({sources})")
+        elif r["verdict"] == FAIL:
             why = f": {r['floor_reason']}" if r["floor_reason"] else ""
             lines.append(f"  floor {_floor(r)}{why} ({r['floor_origin']})")
     for r in doc["not_judged"]:
@@ -108,11 +116,13 @@ def render(doc: dict[str, Any]) -> str:
     counts = doc["summary"]
     verdict = "PASS" if doc["passed"] else "FAIL"
     passed_over = " (MISSING passed over: --allow-missing)" if doc["allow_missing"] and counts[MISSING] else ""
+    cut = {u["source"] for r in doc["checks"] for u in r.get("unfinished", [])}
+    not_done = f" ({len(cut)} burn(s) did not happen in full: errored or stopped early)" if cut else ""
     lines.append(
-        f"check: {counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[MISSING]} MISSING: {verdict}{passed_over}; "
-        f"floors: {', '.join(doc['floors'])}"
+        f"check: {counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[MISSING]} MISSING: {verdict}{not_done}"
+        f"{passed_over}; floors: {', '.join(doc['floors'])}"
     )
-    return "\n".join(lines)
+    return "\n".join([head, "", *(printable(line) for line in lines)])
 
 
 def main(args: argparse.Namespace) -> int:

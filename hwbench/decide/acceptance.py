@@ -13,7 +13,10 @@ for every device the files measured (a record on it, a burn or a health entry):
 - ``health_clean``: ``health[].clean`` (false anywhere fails; null everywhere is missing).
 
 Each check is PASS, FAIL or MISSING (no measurement); a figure without a floor is listed as not
-judged.
+judged. A burn that did not happen in full (status ``error`` or ``interrupted``, stopped by a
+signal, no iteration run, or in a file whose run is incomplete: a burn killed before it finished
+its file) FAILs both burn checks of its device whatever the other figures: its decay and its
+checks cover less than was asked, and ``--allow-missing`` does not pass over it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Unit:
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     burns: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     health: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: the burn entries (by source) of files whose run is marked incomplete
+    cut: set[str] = field(default_factory=set)
 
     @property
     def label(self) -> str:
@@ -85,7 +90,10 @@ def gather(files: Iterable[Loaded]) -> list[Unit]:
                 if not isinstance(entry, dict) or not isinstance(entry.get("device_index"), int):
                     continue
                 found = unit(loaded, host, str(entry.get("backend")), entry["device_index"], _entry_name(entry))
-                getattr(found, attr).append((f"{loaded.path}#{section}[{number}]", entry))
+                where = f"{loaded.path}#{section}[{number}]"
+                getattr(found, attr).append((where, entry))
+                if section == "burn" and loaded.doc["run"].get("incomplete"):
+                    found.cut.add(where)
     for (host, backend, index), found in list(units.items()):  # every host's backend is judged on AllReduce
         if index is not None and (host, backend, None) not in units:
             units[(host, backend, None)] = Unit(host, backend, None, found.name, found.kind)
@@ -100,6 +108,8 @@ class Figure:
     value: Any
     detail: str
     source: str | None = None
+    #: the burns behind the figure that did not happen in full, (source, why) (any: the check FAILs)
+    unfinished: tuple[tuple[str, str], ...] = ()
 
 
 #: What measures each figure, for MISSING lines.
@@ -194,16 +204,54 @@ def _latency(unit: Unit) -> Figure:
     return Figure(p50 * 1e6, f"{record['impl']} {record['shape']['ranks']} ranks, largest p50 up to 1 KiB", where)
 
 
+def unfinished(entry: Mapping[str, Any], cut: bool = False) -> str:
+    """Why a burn entry is not a burn that happened in full ('' when it is): it errored, was
+    interrupted or stopped by a signal, ran no iteration, or its file's run is incomplete (``cut``)."""
+    status, reason = entry.get("status"), str(entry.get("reason") or "").strip()
+    if status == "error":
+        return f"burn error: {reason or 'no reason given'}"
+    if status == "interrupted":
+        return f"burn interrupted: {reason or 'stopped by ' + str(entry.get('stopped_by'))}"
+    if entry.get("stopped_by"):
+        return f"burn interrupted: stopped by {entry['stopped_by']} before its end"
+    if not entry.get("iterations"):
+        return "burn incomplete: it ran no iteration"
+    if cut:
+        return "burn incomplete: its file's run is marked incomplete (the burn did not finish it)"
+    return ""
+
+
+def _unfinished(unit: Unit) -> list[tuple[str, str]]:
+    """The unit's burns that did not happen in full: (source, why)."""
+    found = [(where, unfinished(entry, where in unit.cut)) for where, entry in unit.burns]
+    return [(where, why) for where, why in found if why]
+
+
+def _rerun(unit: Unit, figure: Figure) -> Figure:
+    """``figure`` failed by the unit's burns that did not happen in full, saying why."""
+    cut = _unfinished(unit)
+    if not cut:
+        return figure
+    said = "; ".join(why for _, why in cut) + " (not a full burn: rerun `hwbench burn`)"
+    detail = f"{said}; {figure.detail}" if figure.detail else said
+    return Figure(figure.value, detail, figure.source or cut[0][0], tuple(cut))
+
+
 def _decay(unit: Unit) -> Figure:
-    measured = [(e["decay_pct"], where, e) for where, e in unit.burns if isinstance(e.get("decay_pct"), (int, float))]
+    full = [(where, e) for where, e in unit.burns if not unfinished(e, where in unit.cut)]
+    measured = [(e["decay_pct"], where, e) for where, e in full if isinstance(e.get("decay_pct"), (int, float))]
     if measured:
         worst = max(measured, key=lambda item: item[0])
         entry = worst[2]
-        return Figure(worst[0], f"{entry.get('kernel')} {entry.get('dtype')} for {entry.get('elapsed_s')} s", worst[1])
-    if unit.burns:
-        where, entry = unit.burns[0]
-        return Figure(None, f"burn {entry.get('status')}: {entry.get('reason') or 'no decay figure'}", where)
-    return Figure(None, f"no burn of this device; {HINTS['burn_decay_pct']}")
+        found = Figure(worst[0], f"{entry.get('kernel')} {entry.get('dtype')} for {entry.get('elapsed_s')} s", worst[1])
+    elif full:
+        where, entry = full[0]
+        found = Figure(None, f"burn {entry.get('status')}: {entry.get('reason') or 'no decay figure'}", where)
+    elif not unit.burns:
+        return Figure(None, f"no burn of this device; {HINTS['burn_decay_pct']}")
+    else:
+        found = Figure(None, "no full burn")
+    return _rerun(unit, found)
 
 
 def _mismatched(entry: Mapping[str, Any]) -> int:
@@ -224,7 +272,11 @@ def _mismatches(unit: Unit) -> Figure:
     parts = [f"{events} in {len(unit.burns)} burn(s)"] if unit.burns else ["no burn"]
     parts.append(f"{len(failed)} of {len(checked)} records failed parity" if checked else "no record's parity checked")
     first = next((w for w, e in unit.burns if e.get("mismatches")), None) or (failed[0][0] if failed else None)
-    return Figure(events + len(failed), "; ".join(parts), first)
+    if events or failed or not unit.burns:  # wrong results fail as they are
+        return Figure(events + len(failed), "; ".join(parts), first)
+    full = len(unit.burns) - len(_unfinished(unit))
+    parts[0] = f"0 in {full} full burn(s)" if full else "no full burn"
+    return _rerun(unit, Figure(0 if checked or full else None, "; ".join(parts), first))
 
 
 def _health(unit: Unit) -> Figure:
@@ -283,10 +335,12 @@ def _row(
         "floor": value,
         "detail": figure.detail,
         "source": figure.source,
+        "unfinished": [{"source": where, "reason": why} for where, why in figure.unfinished],
     }
     if floor is None:
         return row
     verdict = MISSING if figure.value is None else PASS if _meets(check, figure.value, value) else FAIL
+    verdict = FAIL if figure.unfinished else verdict
     return {**row, "verdict": verdict, "floor_reason": floor.reason, "floor_origin": floor.origin}
 
 
