@@ -6,13 +6,16 @@ its :class:`Source` files (one per language, each holding that language's bindin
 keyed by backend, its :class:`Native` calls. A kernel spec does no I/O and imports no
 device SDK; backends read it and load the files it names when they prepare a case.
 Registering a kernel is one line in :data:`BUILTIN_KERNELS` (or an entry point of the
-``hwbench.kernels`` group).
+``hwbench.kernels`` group, or for a quick trial ``HWBENCH_KERNELS="name=module:attr,..."`` in the
+environment).
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +42,9 @@ BUILTIN_KERNELS: dict[str, str] = {
     "transfer": "hwbench.kernels.transfer.spec:KERNEL",
 }
 KERNEL_GROUP = "hwbench.kernels"
+ENV_KERNELS = "HWBENCH_KERNELS"
+#: What a kernel's name may be: it is typed in ``--kernel`` lists and before ``:`` in ``--shape``.
+KERNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -276,18 +282,47 @@ def describe_kernel(kernel: Kernel) -> dict[str, Any]:
     }
 
 
+def kernels_from_env() -> dict[str, str]:
+    """The kernels ``HWBENCH_KERNELS="name=module:attr,..."`` registers; UserError on a malformed entry."""
+    found: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in os.environ.get(ENV_KERNELS, "").split(","))):
+        name, eq, target = (part.strip() for part in item.partition("="))
+        module, colon, attr = target.partition(":")
+        if not eq or not colon or not module.strip() or not attr.strip():
+            raise UserError(
+                f"{ENV_KERNELS} entry '{item}' is not NAME=module:attribute (e.g. axpy=example_kernel.spec:KERNEL)"
+            )
+        if not KERNEL_NAME.fullmatch(name):
+            what = "has no kernel name" if not name else f"names the kernel '{name}'"
+            raise UserError(
+                f"{ENV_KERNELS} entry '{item}' {what}: write NAME=module:attribute with NAME of letters, digits, "
+                "'_', '.' or '-' (e.g. axpy=example_kernel.spec:KERNEL)"
+            )
+        found[name] = target
+    return found
+
+
 def kernel_targets() -> dict[str, str]:
-    """Every known kernel name and where its spec lives (built-ins first)."""
-    return {**BUILTIN_KERNELS, **group(KERNEL_GROUP)}
+    """Every known kernel name and where its spec lives (built-ins first, then entry points, then
+    :data:`ENV_KERNELS`'s); UserError on a malformed ``HWBENCH_KERNELS``."""
+    return {**BUILTIN_KERNELS, **group(KERNEL_GROUP), **kernels_from_env()}
 
 
 @cache
 def get_kernel(name: str) -> Kernel:
-    """The kernel spec called ``name``; UserError if no kernel has that name."""
+    """The kernel spec called ``name``; UserError if no kernel has that name, or if what its
+    registration names cannot be loaded, is not a :class:`Kernel` or calls itself otherwise."""
     targets = kernel_targets()
     if name not in targets:
         raise UserError(f"unknown kernel '{name}'; known kernels: {', '.join(targets)}")
-    kernel = load(targets[name])
+    target = targets[name]
+    try:
+        kernel = load(target)
+    except (ImportError, AttributeError) as exc:
+        hint = "" if name in BUILTIN_KERNELS else " (is its folder on PYTHONPATH, or its package installed?)"
+        raise UserError(f"kernel '{name}' ({target}) cannot be loaded: {exc}{hint}") from None
     if not isinstance(kernel, Kernel):
-        raise UserError(f"kernel '{name}' ({targets[name]}) is not an hwbench Kernel")
+        raise UserError(f"kernel '{name}' ({target}) is not an hwbench Kernel")
+    if kernel.name != name:
+        raise UserError(f"kernel '{name}' ({target}) calls itself '{kernel.name}': register it as {kernel.name}=")
     return kernel
