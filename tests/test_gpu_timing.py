@@ -10,9 +10,7 @@ overhead and a 5 µs kernel reads 36 µs, and the timer must read 5 µs.
 
 from __future__ import annotations
 
-import gc
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -179,33 +177,3 @@ def test_the_flush_covers_the_last_level_cache(
     device = DeviceInfo(backend.name, 0, name, "test", "gpu", extra=extra)
     backend.flush(device)
     assert sizes == [flushed]
-
-
-def test_sdpa_enters_its_backend_pin_once_not_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
-    import torch.nn.attention as attention
-
-    from hwbench.kernels.attention.natives import torch_sdpa_device
-
-    entered: list[Any] = []
-    real = attention.sdpa_kernel
-
-    def counting(backends, *args, **kwargs):
-        entered.append(backends)
-        return real(backends, *args, **kwargs)
-
-    monkeypatch.setattr(attention, "sdpa_kernel", counting)
-    before = attention._cur_sdpa_kernel_backends()
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 16, 32, generator=g) for _ in range(3))
-    call, config = torch_sdpa_device({"q": q, "k": k, "v": v}, None, {"causal": 1}, "fp32")
-    assert len(entered) == 1 and config["sdpa_backend"] != "unknown"
-    pinned = attention._cur_sdpa_kernel_backends()
-    assert pinned == entered[0]  # the chosen backend alone while the call lives
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    for _ in range(3):
-        assert torch.equal(call(), expected)
-    assert len(entered) == 1
-    del call
-    gc.collect()
-    assert attention._cur_sdpa_kernel_backends() == before  # released: the flags are as they were

@@ -301,3 +301,22 @@ def test_score_with_a_tco_model_escapes_its_platform_names(tmp_path: Path, capsy
     assert main(["score", f"N{ESC}[4m={results}", "--cost", f"tco:{model}"]) == 0
     out = capsys.readouterr().out
     assert ESC not in out and "platform 'M\\x1b[1m'" in out and "cost: N\\x1b[4m" in out
+
+
+def test_score_repeats_that_the_best_gemms_timed_calls_were_not_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _gpu_file(tmp_path / "r.json", 100.0)
+    doc = json.loads(path.read_text())
+    doc["records"][0]["parity"]["after_timing"] = (
+        "not verified: result() handed back a new array each time; the output checked after the timed calls may "
+        "be the first call's"
+    )
+    path.write_text(json.dumps(doc))
+    (tmp_path / "p.toml").write_text(
+        'name = "P"\nusd_per_hour = 2.0\nprice_source = "q"\nprice_as_of = "2026-11"\nresults = ["r.json"]\n'
+    )
+    assert main(["score", str(tmp_path / "p.toml")]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith("note: P ")]
+    assert any("timed calls not verified: result() handed back a new array each time" in n for n in notes), out

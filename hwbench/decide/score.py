@@ -23,6 +23,7 @@ from hwbench.decide.platform import Platform
 from hwbench.decide.weights import Dimension
 from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
+from hwbench.run.parity import unverified_warning
 
 SIXTEEN_BIT = ("bf16", "fp16")
 #: What compute density takes by default, said in the score document.
@@ -152,6 +153,14 @@ def compute_density(
     found = best_gemm(platform.results, dtype=dtype)
     if isinstance(found, str):
         return Raw(None, reason=found)
+    raw = _compute_density(platform, catalog, found, cost)
+    unverified = unverified_warning(found[2].get("parity"))
+    return replace(raw, note=printable(unverified)) if unverified and raw.value is not None else raw
+
+
+def _compute_density(
+    platform: Platform, catalog: Catalog, found: tuple[Loaded, int, dict[str, Any]], cost: CostBasis | None
+) -> Raw:
     loaded, index, record = found
     tflops = float(record["metrics"]["tflops"])
     source = _record_source(loaded, index, record, tflops=tflops)

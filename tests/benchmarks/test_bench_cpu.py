@@ -35,6 +35,6 @@ def _ids() -> list[str]:
 @pytest.mark.parametrize("impl_kind", ["portable", "native"])
 def test_cpu_kernel(hwbench_case, kernel_name: str, shape: dict[str, int], dtype: str, impl_kind: str) -> None:
     result = hwbench_case(
-        kernel_name, shape, dtype=dtype, impl=impl_kind, backend="cpu", rounds=20, warmup_rounds=2, native_budget_s=0.25
+        kernel_name, shape, dtype=dtype, impl=impl_kind, backend="cpu", warmup_rounds=2, native_budget_s=0.25
     )
     assert result.parity["passed"]
