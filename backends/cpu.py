@@ -80,6 +80,20 @@ class HostCall(Prepared):
             return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
         return np.asarray(value)
 
+    def clear_output(self) -> bool:
+        """Fill a floating host tensor the call returned with NaN (``result`` converts a bf16 one,
+        so the pipeline cannot fill what it hands back); never one holding an input's memory."""
+        value = self._last
+        if isinstance(value, np.ndarray) or not hasattr(value, "data_ptr") or not value.is_floating_point():
+            return False
+        start = value.data_ptr()
+        for array in self._inputs.values():
+            base = np.asarray(array).__array_interface__["data"][0]
+            if base <= start < base + np.asarray(array).nbytes:
+                return False
+        value.fill_(float("nan"))
+        return True
+
 
 class HostKernel(Prepared):
     """An llvmlite kernel bound to its inputs (see ``hwbench.kernels.llvmir.cpu_launch``)."""

@@ -229,3 +229,15 @@ def test_an_interrupted_collective_counts_the_cases_it_planned() -> None:
     doc = execute(plan, {"allreduce": ("fp32",)}, {"allreduce": [shape]}, worker=_Described(), collective=collective)
     assert doc["run"]["incomplete"] is True
     assert doc["warnings"][-1] == "interrupted: 7 of 54 planned cases finished"
+
+
+def test_a_host_tensor_the_call_returns_is_cleared_so_bf16_torch_is_verified(tmp_path: Path) -> None:
+    """torch's bf16 matmul on the CPU: ``result()`` widens a copy, so the cpu backend clears the
+    returned tensor itself and the record's timed calls are verified."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    out = tmp_path / "r.json"
+    argv = ["run", "--backend", "cpu", "--kernel", "gemm", "--impl", "torch_matmul", "--dtype", "bf16"]
+    assert main([*argv, "--shape", "gemm:M=48,N=40,K=32", "--budget", "0.02", "--quiet", "--out", str(out)]) == 0
+    (rec,) = [r for r in json.loads(out.read_text())["records"] if r["status"] == "ok"]
+    assert rec["parity"]["after_timing"] == "cleared before the timed calls"
+    assert not [w for w in rec["warnings"] if w.startswith("timed calls not verified")]
