@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +25,7 @@ import numpy as np
 
 from hwbench.core.dtypes import DTYPE_BYTES, round_to_dtype, storage_dtype
 from hwbench.core.errors import UserError
-from hwbench.core.loading import group, load
+from hwbench.core.loading import from_environment, group, load
 
 Shape = Mapping[str, int]
 
@@ -43,8 +41,6 @@ BUILTIN_KERNELS: dict[str, str] = {
 }
 KERNEL_GROUP = "hwbench.kernels"
 ENV_KERNELS = "HWBENCH_KERNELS"
-#: What a kernel's name may be: it is typed in ``--kernel`` lists and before ``:`` in ``--shape``.
-KERNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -284,22 +280,7 @@ def describe_kernel(kernel: Kernel) -> dict[str, Any]:
 
 def kernels_from_env() -> dict[str, str]:
     """The kernels ``HWBENCH_KERNELS="name=module:attr,..."`` registers; UserError on a malformed entry."""
-    found: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in os.environ.get(ENV_KERNELS, "").split(","))):
-        name, eq, target = (part.strip() for part in item.partition("="))
-        module, colon, attr = target.partition(":")
-        if not eq or not colon or not module.strip() or not attr.strip():
-            raise UserError(
-                f"{ENV_KERNELS} entry '{item}' is not NAME=module:attribute (e.g. axpy=example_kernel.spec:KERNEL)"
-            )
-        if not KERNEL_NAME.fullmatch(name):
-            what = "has no kernel name" if not name else f"names the kernel '{name}'"
-            raise UserError(
-                f"{ENV_KERNELS} entry '{item}' {what}: write NAME=module:attribute with NAME of letters, digits, "
-                "'_', '.' or '-' (e.g. axpy=example_kernel.spec:KERNEL)"
-            )
-        found[name] = target
-    return found
+    return from_environment(ENV_KERNELS, "kernel", "axpy=example_kernel.spec:KERNEL")
 
 
 def kernel_targets() -> dict[str, str]:

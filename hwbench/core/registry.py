@@ -8,14 +8,12 @@ through ``HWBENCH_BACKENDS="name=module:attr,..."`` in the environment.
 
 from __future__ import annotations
 
-import os
-import re
 from functools import cache
 
 from hwbench.core.backend import Backend, Implementation, rank_implementations
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import BUILTIN_KERNELS, KERNEL_GROUP, get_kernel, kernel_targets
-from hwbench.core.loading import group, load
+from hwbench.core.loading import from_environment, group, load
 
 BUILTIN_BACKENDS: dict[str, str] = {
     "cpu": "hwbench.backends.cpu:CPUBackend",
@@ -28,25 +26,8 @@ BACKEND_GROUP = "hwbench.backends"
 ENV_BACKENDS = "HWBENCH_BACKENDS"
 
 
-#: What a backend's name may be: it is typed on the command line and in ``--device NAME:INDEX``.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
 def _from_env() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in os.environ.get(ENV_BACKENDS, "").split(","))):
-        name, eq, target = (part.strip() for part in item.partition("="))
-        module, colon, attr = target.partition(":")
-        if not eq or not colon or not module.strip() or not attr.strip():
-            raise UserError(f"{ENV_BACKENDS} entry '{item}' is not NAME=module:attribute")
-        if not NAME.fullmatch(name):
-            what = "has no backend name" if not name else f"names the backend '{name}'"
-            raise UserError(
-                f"{ENV_BACKENDS} entry '{item}' {what}: write NAME=module:attribute with NAME of letters, digits, "
-                "'_', '.' or '-' (e.g. mine=my_backend:MyBackend)"
-            )
-        found[name] = target
-    return found
+    return from_environment(ENV_BACKENDS, "backend", "mine=my_backend:MyBackend")
 
 
 def backend_targets() -> dict[str, str]:
