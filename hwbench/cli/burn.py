@@ -6,15 +6,19 @@
 
 Each device runs GEMM at its best dtype (the highest peak it has; fp32 on a CPU) back to back,
 in a process of its own (``--stream`` adds a STREAM triad process per device). Every interval
-the file's ``burn`` section gains a point (TFLOPS, clock, temperature, power where readable);
-the output is compared with its float64 reference at least every ``--check-every`` seconds (and
-every ``--check-iterations``), from inputs whose exact answer is known, so any wrong element
-counts. Exit status 1 on any mismatch; Ctrl-C keeps what was measured.
+the file's ``burn`` section gains a point (TFLOPS, clock, temperature, power where readable):
+the file is rewritten as the burn goes (at most every second), so a burn killed outright leaves
+what it measured, marked incomplete. The output is compared with its float64 reference at least
+every ``--check-every`` seconds (and every ``--check-iterations``), from inputs whose exact
+answer is known, so any wrong element counts. Exit status 1 on any mismatch; Ctrl-C keeps what
+was measured; where the file cannot be written at the end, the results go to
+``hwbench-rescued-*.json`` (as ``run``'s) and the status is still the burn's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -22,20 +26,18 @@ from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
 from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
+from hwbench.cli.run import _save as save_or_rescue
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
 from hwbench.core.text import printable
 from hwbench.results import files as results
-from hwbench.run.burn import BurnPlan, execute_burn
+from hwbench.run.burn import DEFAULT_INTERVAL_S, DEFAULT_POINTS, MIN_INTERVAL_S, BurnPlan, execute_burn
 from hwbench.run.signals import StopSignals, exit_status
 
 HELP = "sustained load on every selected device, checked for silent data corruption"
-#: The shortest series interval accepted, s.
-MIN_INTERVAL_S = 0.1
-#: Defaults: a series point every 5 s, a check at least every 5 s (so at most 10 s apart even
-#: with an iteration of 5 s).
-DEFAULT_INTERVAL_S = 5.0
+#: Default: a check at least every 5 s (so at most 10 s apart even with an iteration of 5 s); a
+#: series point every DEFAULT_INTERVAL_S (hwbench.run.burn), or DEFAULT_POINTS in a shorter burn.
 DEFAULT_CHECK_EVERY_S = 5.0
 BURN_KERNELS = ("gemm", "stream")
 
@@ -67,9 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument(
         "--interval",
         type=float,
-        default=DEFAULT_INTERVAL_S,
+        default=None,
         metavar="S",
-        help=f"seconds per point of the series (default {DEFAULT_INTERVAL_S:g}, at least {MIN_INTERVAL_S:g})",
+        help=f"seconds per point of the series (default {DEFAULT_INTERVAL_S:g}, or {DEFAULT_POINTS} points in a "
+        f"shorter burn; at least {MIN_INTERVAL_S:g})",
     )
     how.add_argument(
         "--check-every",
@@ -114,10 +117,10 @@ def _shapes(values: list[str], stream: bool) -> dict[str, dict[str, int]]:
 
 def _plan(args: argparse.Namespace) -> BurnPlan:
     duration = None if args.duration is None else positive_seconds(args.duration, "--duration")
-    interval = positive_seconds(args.interval, "--interval")
-    if interval < MIN_INTERVAL_S:
+    interval = None if args.interval is None else positive_seconds(args.interval, "--interval")
+    if interval is not None and interval < MIN_INTERVAL_S:
         raise UserError(f"--interval must be at least {MIN_INTERVAL_S:g} s, got {args.interval:g}")
-    if duration is not None and interval > duration:
+    if duration is not None and interval is not None and interval > duration:
         raise UserError(
             f"--interval {interval:g} s is longer than --duration {duration:g} s: give a shorter --interval"
         )
@@ -158,11 +161,82 @@ def main(args: argparse.Namespace) -> int:
         results.check_writable(out)
     stream = sys.stderr if out is None or args.json else sys.stdout
     with StopSignals() as stops:
-        doc = execute_burn(plan, None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True), stops)
-        saved = results.save(doc, out, next_free=True) if out is not None else None
+        say = None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True)
+        kept = ProgressFile(out) if out is not None else None
+        doc = execute_burn(plan, say, stops, kept.write if kept is not None else None)
+        saved = kept.finish(doc) if kept is not None else None
         if out is None or args.json:
             print(results.dumps(doc), end="", flush=True)
         return _report(doc, saved, stops, stream)
+
+
+class ProgressFile:
+    """The burn's results file kept as the burn goes: the first document :meth:`write` is given
+    takes ``out`` (or the next free name, as every results file), each later one replaces it
+    atomically, only while it is still the file this burn wrote (a file put there meanwhile is
+    never replaced: the burn's then goes beside it at the end). A write that fails is said once
+    on stderr and the burn goes on; :meth:`finish` writes the final document."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.path: Path | None = None  # the file written so far
+        self._written: tuple[int, int] | None = None  # its device and inode
+        self.failed = ""
+
+    def _ours(self) -> bool:
+        try:
+            found = os.stat(self.path) if self.path is not None else None
+        except OSError:
+            return False
+        return found is not None and (found.st_dev, found.st_ino) == self._written
+
+    def _replace(self, doc: dict[str, Any]) -> Path:
+        """Write ``doc`` at ``out`` the first time, then over the file written (UserError or OSError)."""
+        if self.path is None:
+            self.path = results.save(doc, self.out, next_free=True)
+        elif not self._ours():
+            raise UserError(f"{self.path} was replaced or removed during the burn; it is left as it is")
+        else:
+            partial = results.write_new(
+                self.path.with_name(f".{self.path.name}.{os.getpid()}.partial"), results.dumps(doc), next_free=True
+            )
+            try:
+                os.replace(partial, self.path)
+            finally:
+                if partial.exists():
+                    partial.unlink()
+        found = os.stat(self.path)
+        self._written = (found.st_dev, found.st_ino)
+        return self.path
+
+    def write(self, doc: dict[str, Any]) -> None:
+        """Keep ``doc`` (the burn so far) on disk; never raises (the first failure is said, the rest skipped)."""
+        if self.failed:
+            return
+        try:
+            self._replace(doc)
+        except (UserError, OSError) as exc:
+            self.failed = str(exc) if isinstance(exc, UserError) else f"cannot write {self.path}: {exc.strerror or exc}"
+            print(
+                printable(f"hwbench: warning: {self.failed}; the burn goes on, its file written at the end"),
+                file=sys.stderr,
+            )
+
+    def finish(self, doc: dict[str, Any]) -> Path:
+        """Write the final ``doc`` over the file kept so far; where that cannot be, as ``run`` saves a
+        finished run: the next free name beside ``out``, else a rescue file elsewhere (said on stderr)."""
+        if self.path is None or self._ours():
+            try:
+                return self._replace(doc)
+            except (UserError, OSError):
+                pass  # said by the save below, which fails the same way or finds another place
+        saved = save_or_rescue(doc, self.out)
+        if self.path is not None and self._ours():
+            print(
+                f"hwbench: {self.path} holds the burn up to its last point written; all of it is in {saved}",
+                file=sys.stderr,
+            )
+        return saved
 
 
 def _fmt(value: Any, spec: str = ".4g", unit: str = "") -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from hwbench.core.errors import UserError
 from hwbench.core.records import new_document, now
 from hwbench.run.burn_device import BurnJob
-from hwbench.run.burn_series import mismatch_reason, summarize, throttle_reasons
+from hwbench.run.burn_series import event_line, outcome, ready_line, summarize, throttle_reasons
 from hwbench.run.runner import PROBE_TIMEOUT_S, describe_all
 from hwbench.run.signals import StopSignals
 from hwbench.run.worker import Worker, WorkerDied
@@ -42,8 +42,17 @@ END_GRACE_S = 60.0
 DEFAULT_DURATION_S = {"gpu": 600.0, "cpu": 120.0}
 #: Backends a default burn loads: the GPUs' where any is available, else the CPU.
 GPU_BACKENDS = ("cuda", "rocm")
+#: Seconds per point of the series: the default, and the least a user may ask for; a shorter burn
+#: than DEFAULT_POINTS * DEFAULT_INTERVAL_S gets DEFAULT_POINTS points by default.
+DEFAULT_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 0.1
+DEFAULT_POINTS = 10
+#: Seconds between two snapshots handed to ``progress`` at least (and 10 times what the last took).
+PROGRESS_EVERY_S = 1.0
 
 Say = Callable[[str], None]
+#: Takes the results document as measured so far (``run.incomplete``, burns in progress).
+Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -54,7 +63,7 @@ class BurnPlan:
     backends: list[str] | None = None
     devices: dict[str, list[int]] | None = None  # backend -> device indices; None: all
     duration_s: float | None = None  # None: by the devices' kind (DEFAULT_DURATION_S)
-    interval_s: float = 5.0
+    interval_s: float | None = None  # None: by the duration (default_interval)
     check_every_s: float | None = 5.0
     check_iterations: int | None = None
     stream: bool = False
@@ -69,6 +78,12 @@ def default_duration(devices: list[dict[str, Any]]) -> float:
     """10 minutes where any device is not a CPU, else 2."""
     gpu = any(d.get("kind") != "cpu" for d in devices)
     return DEFAULT_DURATION_S["gpu" if gpu else "cpu"]
+
+
+def default_interval(duration: float) -> float:
+    """:data:`DEFAULT_INTERVAL_S`, or the interval giving :data:`DEFAULT_POINTS` points where that
+    gives fewer (not under :data:`MIN_INTERVAL_S`, nor over the duration)."""
+    return min(duration, max(MIN_INTERVAL_S, min(DEFAULT_INTERVAL_S, duration / DEFAULT_POINTS)))
 
 
 def select_devices(plan: BurnPlan, backends: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -203,8 +218,15 @@ class DeviceProcess:
         self._log.close()
 
 
-def follow(procs: list[DeviceProcess], until: Callable[[], bool], deadline: float, say: Say | None) -> None:
-    """Read events until ``until()`` holds or ``deadline`` (monotonic) passes, saying each point."""
+def follow(
+    procs: list[DeviceProcess],
+    until: Callable[[], bool],
+    deadline: float,
+    say: Say | None,
+    on_point: Callable[[], None] | None = None,
+) -> None:
+    """Read events until ``until()`` holds or ``deadline`` (monotonic) passes, saying each point
+    (and calling ``on_point`` after the events that brought one)."""
     while not until():
         live = {p.fd: p for p in procs if p.fd is not None}
         left = deadline - time.monotonic()
@@ -213,47 +235,28 @@ def follow(procs: list[DeviceProcess], until: Callable[[], bool], deadline: floa
         ready, _, _ = select.select(list(live), [], [], min(left, 1.0))
         for fd in ready:
             proc = live[fd]
-            for event in proc.read():
+            events = proc.read()
+            for line in filter(None, (event_line(proc.label, e) for e in events)):
                 if say is not None:
-                    say_event(proc, event, say)
+                    say(line)
+            if on_point is not None and any(e.get("event") == "point" for e in events):
+                on_point()
 
 
-def say_event(proc: DeviceProcess, event: dict[str, Any], say: Say) -> None:
-    """The progress line of a point, or the line of a mismatch."""
-    if event.get("event") == "point":
-        p = event["point"]
-        readings = (("clock", "clock_mhz", " MHz"), ("temp", "temp_c", " °C"), ("power", "power_w", " W"))
-        extra = "".join(
-            f"  {name} {p[key]:.4g}{unit}" if p.get(key) is not None else f"  {name} –" for name, key, unit in readings
-        )
-        rate = f"{p['gbps']:.4g} GB/s" if p.get("gbps") is not None else f"{p['tflops']:.4g} TFLOPS"
-        say(f"  {proc.label:<12} {p['t_s']:7.1f} s  {rate}{extra}  checks {event['checks']}")
-    elif event.get("event") == "mismatch":
-        m = event["mismatch"]
-        say(
-            f"hwbench: MISMATCH on {proc.label} at iteration {m['iteration']} ({m['t_s']:.3g} s): "
-            f"{m['count']} element(s) wrong"
-        )
-
-
-def entry(proc: DeviceProcess, stopped_by: str | None, health: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The document's ``burn`` entry of one device process (``health``: its device's entry over the burn)."""
+def entry(
+    proc: DeviceProcess, stopped_by: str | None, health: dict[str, Any] | None = None, running: bool = False
+) -> dict[str, Any]:
+    """The document's ``burn`` entry of one device process (``health``: its device's entry over the
+    burn; ``running``: the burn goes on, the entry is a snapshot of what was measured so far)."""
     job, ready, done = proc.job, proc.ready or {}, proc.done or {}
     series = proc.points
     elapsed = float(done.get("elapsed_s") or (series[-1]["t_s"] if series else 0.0))
     wrong = int(done.get("wrong_checks") or len(proc.mismatches))
     error = (proc.failed or {}).get("reason") or done.get("error") or proc.died
-    if proc.ready is not None and proc.done is None and not error and stopped_by is None:
+    if proc.ready is not None and proc.done is None and not error and stopped_by is None and not running:
         error = f"no end within {END_GRACE_S:g} s of the duration: the process was taken for hung and killed"
-    if wrong:
-        status, reason = "mismatch", mismatch_reason(proc.mismatches, wrong, proc.checks)
-        reason += f"; and then: {error}" if error else ""
-    elif error:
-        status, reason = "error", str(error)
-    elif stopped_by is not None:
-        status, reason = "interrupted", f"stopped by {stopped_by} after {elapsed:.3g} of {job.duration_s:g} s"
-    else:
-        status, reason = "ok", ""
+    how = "running" if running and proc.done is None else stopped_by
+    status, reason = outcome(proc.mismatches, wrong, proc.checks, str(error or ""), how, elapsed, job.duration_s)
     notes = [done.get("sensor_error") or ""]
     return {
         "backend": job.backend,
@@ -284,7 +287,7 @@ def entry(proc: DeviceProcess, stopped_by: str | None, health: dict[str, Any] | 
     }
 
 
-def _jobs(plan: BurnPlan, devices: list[dict[str, Any]], duration: float) -> list[BurnJob]:
+def _jobs(plan: BurnPlan, devices: list[dict[str, Any]], duration: float, interval: float) -> list[BurnJob]:
     kernels = ["gemm", "stream"] if plan.stream else ["gemm"]
     return [
         BurnJob(
@@ -292,7 +295,7 @@ def _jobs(plan: BurnPlan, devices: list[dict[str, Any]], duration: float) -> lis
             device_index=d["index"],
             kernel=kernel,
             duration_s=duration,
-            interval_s=plan.interval_s,
+            interval_s=interval,
             check_every_s=plan.check_every_s,
             check_iterations=plan.check_iterations,
             dtype=plan.dtype if kernel == "gemm" else None,
@@ -323,10 +326,15 @@ def describe(plan: BurnPlan, doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def burn_all(
-    procs: list[DeviceProcess], duration: float, say: Say | None, stops: StopSignals | None, health: HealthWatch
+    procs: list[DeviceProcess],
+    duration: float,
+    say: Say | None,
+    stops: StopSignals | None,
+    health: HealthWatch,
+    on_point: Callable[[], None] | None = None,
 ) -> str | None:
-    """Prepare, start (``health`` watching from then on) and follow every process to its end; the
-    stop signal's name if one came."""
+    """Prepare, start (``health`` watching from then on) and follow every process to its end,
+    calling ``on_point`` once they started and after each new point; the stop signal's name if one came."""
     try:
         follow(
             procs, lambda: all(p.ready is not None or p.over for p in procs), time.monotonic() + PREPARE_TIMEOUT_S, say
@@ -334,7 +342,9 @@ def burn_all(
         going = [p for p in procs if p.ready is not None and not p.over]
         if say is not None:
             for proc in procs:
-                say_ready(proc, say)
+                said = ready_line(proc.label, proc.job.kernel, proc.failed, proc.ready)
+                if said:
+                    say(said)
         health.start()
         for proc in procs:
             proc.send("go" if proc in going else "stop")
@@ -343,7 +353,9 @@ def burn_all(
                 proc.kill()
         if say is not None and going:
             say(f"burn: {len(going)} load(s) running for {duration:g} s; Ctrl-C stops and keeps what was measured")
-        follow(going, lambda: all(p.over for p in going), time.monotonic() + duration + END_GRACE_S, say)
+        if on_point is not None and going:
+            on_point()
+        follow(going, lambda: all(p.over for p in going), time.monotonic() + duration + END_GRACE_S, say, on_point)
         return None
     except KeyboardInterrupt:
         if stops is not None:
@@ -355,24 +367,38 @@ def burn_all(
         return signal.Signals(first).name if first else "SIGINT"
 
 
-def say_ready(proc: DeviceProcess, say: Say) -> None:
-    """The line naming what a device burns, or why it cannot."""
-    if proc.failed is not None:
-        say(f"burn: {proc.label} cannot burn {proc.job.kernel}: {proc.failed['reason']}")
-    elif proc.ready is not None:
-        r = proc.ready
-        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
-        say(f"burn: {proc.label} {r['device']}: {r['kernel']} {r['impl']} {r['dtype']} {shape} ({r['check']} check)")
+def so_far(doc: dict[str, Any], procs: list[DeviceProcess]) -> dict[str, Any]:
+    """``doc`` as measured so far: incomplete, every burn's entry as it stands, no health readings yet."""
+    run = {**doc["run"], "incomplete": True, "finished": None}
+    burns = [entry(p, None, running=True) for p in procs]
+    return {**doc, "run": run, "burn": burns, "health": [], "sensors": _sensors(procs)}
 
 
-def execute_burn(plan: BurnPlan, say: Say | None = None, stops: StopSignals | None = None) -> dict[str, Any]:
+def _sensors(procs: list[DeviceProcess]) -> list[dict[str, Any]]:
+    return [p.ready["sensors"] for p in procs if p.ready and p.job.kernel == "gemm" and "sensors" in p.ready]
+
+
+def execute_burn(
+    plan: BurnPlan, say: Say | None = None, stops: StopSignals | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Burn what ``plan`` says; the results document (``burn`` and ``sensors`` filled, no records).
-    A UserError (an interval longer than the devices' default duration) before anything burns."""
+    A UserError (an interval longer than the devices' default duration) before anything burns.
+    ``progress`` gets the document as measured so far (:func:`so_far`) once the loads started and
+    then as points arrive, at most every :data:`PROGRESS_EVERY_S`."""
     doc = new_document(plan.command or list(sys.argv), incomplete=True, seed=plan.seed)
     stopped_by: str | None = None
     procs: list[DeviceProcess] = []
     devices: list[dict[str, Any]] = []
     watch: HealthWatch | None = None
+    next_at = 0.0
+
+    def on_point() -> None:
+        nonlocal next_at
+        if progress is not None and time.monotonic() >= next_at:
+            start = time.monotonic()
+            progress(so_far(doc, procs))
+            next_at = time.monotonic() + max(PROGRESS_EVERY_S, 10 * (time.monotonic() - start))
+
     try:
         backends = describe(plan, doc)
         doc["backends"] = [
@@ -383,8 +409,9 @@ def execute_burn(plan: BurnPlan, say: Say | None = None, stops: StopSignals | No
         duration = plan.duration_s or default_duration(devices)
         check_plan(plan, duration, backends)
         watch = HealthWatch({d["backend"] for d in devices}, poll_s=POLL_S)
-        procs = [DeviceProcess(job) for job in _jobs(plan, devices, duration)]
-        stopped_by = burn_all(procs, duration, say, stops, watch)
+        interval = plan.interval_s or default_interval(duration)
+        procs = [DeviceProcess(job) for job in _jobs(plan, devices, duration, interval)]
+        stopped_by = burn_all(procs, duration, say, stops, watch, on_point)
     except KeyboardInterrupt:
         if stops is not None:
             stops.hold()
@@ -401,16 +428,16 @@ def execute_burn(plan: BurnPlan, say: Say | None = None, stops: StopSignals | No
     doc["health"] = watch.finish([(d["backend"], d["index"], d) for d in devices]) if watch is not None else []
     health = {(h["backend"], h["device_index"]): h for h in doc["health"]}
     doc["burn"] = [entry(p, stopped_by, health.get((p.job.backend, p.job.device_index))) for p in procs]
-    doc["sensors"] = [p.ready["sensors"] for p in procs if p.ready and p.job.kernel == "gemm" and "sensors" in p.ready]
+    doc["sensors"] = _sensors(procs)
     doc["run"]["finished"] = now()
     doc["run"]["incomplete"] = stopped_by is not None
     return doc
 
 
 def check_plan(plan: BurnPlan, duration: float, backends: list[dict[str, Any]]) -> None:
-    """UserError when the series' interval is longer than the duration, or when no described
-    backend offers the GEMM implementation asked for."""
-    if plan.interval_s > duration:
+    """UserError when the series' interval asked for is longer than the duration, or when no
+    described backend offers the GEMM implementation asked for."""
+    if plan.interval_s is not None and plan.interval_s > duration:
         raise UserError(
             f"--interval {plan.interval_s:g} s is longer than the {duration:g} s burn: give a shorter --interval "
             "or a longer --duration"

@@ -11,7 +11,8 @@ bit. Where no such ``r`` exists (bf16 beyond K = 256), the kernel's own inputs a
 its tolerance instead, and the entry says so (``check``).
 
 No process, device or clock is touched here: the loop (``burn_device``) and the coordinator
-(``burn``) feed these functions plain numbers.
+(``burn``) feed these functions plain numbers, and the coordinator's lines of progress
+(:func:`ready_line`, :func:`event_line`) are made here from the events it received.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.dtypes import UNIT_ROUNDOFF, accumulator, storage_dtype
+from hwbench.core.text import printable
 
 #: The decay window: the first and the last minute, or a third of a shorter run.
 DECAY_WINDOW_S = 60.0
@@ -180,6 +182,32 @@ def mismatch_reason(mismatches: Sequence[Mapping[str, Any]], count: int, checks:
     )
 
 
+def outcome(
+    mismatches: Sequence[Mapping[str, Any]],
+    wrong: int,
+    checks: int,
+    error: str,
+    stopped_by: str | None,
+    elapsed_s: float,
+    duration_s: float,
+) -> tuple[str, str]:
+    """A device's burn status and its reason: ``mismatch`` on any wrong check (and an ``error``
+    after it said), else ``error``, else ``interrupted`` when ``stopped_by`` names a signal (or is
+    ``"running"``: the burn goes on, its file written so far), else ``ok``."""
+    if wrong:
+        return "mismatch", mismatch_reason(mismatches, wrong, checks) + (f"; and then: {error}" if error else "")
+    if error:
+        return "error", error
+    if stopped_by == "running":
+        return "interrupted", (
+            f"in progress: {elapsed_s:.3g} of {duration_s:g} s burned when the file was written (a burn "
+            "no longer running was killed before it finished its file)"
+        )
+    if stopped_by is not None:
+        return "interrupted", f"stopped by {stopped_by} after {elapsed_s:.3g} of {duration_s:g} s"
+    return "ok", ""
+
+
 #: NVML clock event reasons that do not lower the clock under load (idle, clocks set by hand, sync).
 NOT_SLOWING = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost"})
 
@@ -196,3 +224,36 @@ def throttle_reasons(health: Mapping[str, Any] | None) -> list[str]:
         if isinstance(rose, int) and rose > 0:
             found.append(f"kernel: {name} thermal throttle count rose by {rose}")
     return found
+
+
+def ready_line(
+    label: str, kernel: str, failed: Mapping[str, Any] | None, ready: Mapping[str, Any] | None
+) -> str | None:
+    """The line naming what a device process burns (its ``ready`` event), or why it cannot (its
+    ``failed`` event); None before either came. Names from drivers are escaped."""
+    if failed is not None:
+        return printable(f"burn: {label} cannot burn {kernel}: {failed['reason']}")
+    if ready is None:
+        return None
+    shape = ",".join(f"{k}={v}" for k, v in ready["shape"].items())
+    what = f"{ready['kernel']} {ready['impl']} {ready['dtype']} {shape} ({ready['check']} check)"
+    return printable(f"burn: {label} {ready['device']}: {what}")
+
+
+def event_line(label: str, event: Mapping[str, Any]) -> str | None:
+    """The progress line of a ``point`` event, or the line of a ``mismatch``; None for the others."""
+    if event.get("event") == "point":
+        p = event["point"]
+        readings = (("clock", "clock_mhz", " MHz"), ("temp", "temp_c", " °C"), ("power", "power_w", " W"))
+        extra = "".join(
+            f"  {name} {p[key]:.4g}{unit}" if p.get(key) is not None else f"  {name} –" for name, key, unit in readings
+        )
+        rate = f"{p['gbps']:.4g} GB/s" if p.get("gbps") is not None else f"{p['tflops']:.4g} TFLOPS"
+        return f"  {label:<12} {p['t_s']:7.1f} s  {rate}{extra}  checks {event['checks']}"
+    if event.get("event") == "mismatch":
+        m = event["mismatch"]
+        return (
+            f"hwbench: MISMATCH on {label} at iteration {m['iteration']} ({m['t_s']:.3g} s): "
+            f"{m['count']} element(s) wrong"
+        )
+    return None
