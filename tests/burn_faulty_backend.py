@@ -6,7 +6,8 @@ implementations: ``good`` (NumPy's matmul) and ``flip``, which after computing t
 flips the lowest significand bit of one element on every call from ``HWBENCH_BURN_FAULT_AT``
 on (calls counted from 0, the first call; so call k is the burn's iteration k), or on that
 call only with ``HWBENCH_BURN_FAULT_MODE=once``. One ulp: a tolerance would pass it, an exact
-check does not.
+check does not. ``BadDevicesBackend`` (``burnbad``) breaks the backend contract instead: its
+``devices()`` answers dicts, not ``DeviceInfo``.
 """
 
 from __future__ import annotations
@@ -76,3 +77,14 @@ class BurnFaultyBackend(Backend):
         at = os.environ.get(FAULT_AT) if impl.name == "flip" else None
         once = os.environ.get(FAULT_MODE, "from") == "once"
         return _Prepared(inputs["A"], inputs["B"], None if at is None else int(at), once)
+
+
+class BadDevicesBackend(BurnFaultyBackend):
+    """The same GEMM, but ``devices()`` answers plain dicts instead of ``DeviceInfo``: a third-party
+    backend that broke the contract (``HWBENCH_BACKENDS=burnbad=burn_faulty_backend:BadDevicesBackend``)."""
+
+    name = "burnbad"
+    description = "test backend whose devices() returns dicts, not DeviceInfo"
+
+    def devices(self) -> list[DeviceInfo]:
+        return [{"backend": self.name, "index": 0, "name": "Dict Device"}]  # type: ignore[list-item]
