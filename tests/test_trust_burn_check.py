@@ -266,3 +266,10 @@ def test_check_escapes_terminal_sequences_from_results_files(
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "node\\x1b]0;owned\\x07" in out and "GPU\\x1b[2J" in out
+
+
+def test_a_seed_numpy_refuses_is_bad_input_to_burn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b.json"
+    assert main(["burn", *CPU_TINY, "--seed", "-1", "--duration", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--seed must be a whole number" in err and "Traceback" not in err and not out.exists()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, to_stdout
+from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, seed, to_stdout
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
@@ -145,7 +145,7 @@ def _plan(args: argparse.Namespace) -> BurnPlan:
         dtype=args.dtype,
         impl=args.impl,
         shapes=_shapes(args.shape, args.stream),
-        seed=args.seed,
+        seed=seed(args.seed),
         command=["hwbench", *sys.argv[1:]],
     )
 
