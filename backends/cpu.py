@@ -91,7 +91,13 @@ class HostCall(Prepared):
             base = np.asarray(array).__array_interface__["data"][0]
             if base <= start < base + np.asarray(array).nbytes:
                 return False
-        value.fill_(float("nan"))
+        if getattr(value, "is_inference", lambda: False)():
+            import torch  # the tensor is torch's: an inference tensor is written in inference mode only
+
+            with torch.inference_mode():
+                value.fill_(float("nan"))
+        else:
+            value.fill_(float("nan"))
         return True
 
 

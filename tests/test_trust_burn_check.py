@@ -220,11 +220,6 @@ def test_an_incomplete_burn_fails_burn_decay_and_wrong_results(
 # Item 15: a backend that broke the device contract is named with the contract.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the contract check (hwbench.core.backend.listed_devices, called by run/describe.py and run/case.py) "
-    "is not in yet: remove this mark with it",
-)
 def test_a_backend_whose_devices_are_not_deviceinfo_is_named_with_the_contract(
     test_backends: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

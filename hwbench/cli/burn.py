@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, seed, to_stdout
+from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, save_or_rescue, seed, to_stdout
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
@@ -236,17 +236,6 @@ class ProgressFile:
                 file=sys.stderr,
             )
         return saved
-
-
-def save_or_rescue(doc: dict[str, Any], out: Path) -> Path:
-    """Save ``doc`` at ``out`` (or the next free name); where that fails, at ``run``'s fallback path
-    (:func:`hwbench.results.files.fallback_path`), said on stderr as ``run`` says it."""
-    try:
-        return results.save(doc, out, next_free=True)
-    except UserError as exc:
-        rescue = results.fallback_path(out)
-        print(f"hwbench: error: {exc}; the results go to {rescue} instead", file=sys.stderr)
-        return results.save(doc, rescue, next_free=True)
 
 
 def _fmt(value: Any, spec: str = ".4g", unit: str = "") -> str:

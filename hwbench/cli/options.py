@@ -99,3 +99,15 @@ def print_document(text: str, rendered: str, out: Path | None, as_json: bool, wh
     if out is not None:
         results.write_new(out, text + "\n", what=what)
     print(text if as_json else rendered)
+
+
+def save_or_rescue(doc: dict[str, Any], out: Path) -> Path:
+    """Save ``doc`` at ``out`` (or the next free name); where that fails (a full disk, a folder
+    become read-only), at :func:`hwbench.results.files.fallback_path`, said on stderr: finished work
+    is never dropped. UserError only when the fallback cannot be written either."""
+    try:
+        return results.save(doc, out, next_free=True)
+    except UserError as exc:
+        rescue = results.fallback_path(out)
+        print(f"hwbench: error: {exc}; the results go to {rescue} instead", file=sys.stderr)
+        return results.save(doc, rescue, next_free=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
-from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, seed, to_stdout
+from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, save_or_rescue, seed, to_stdout
 from hwbench.cli.tune import add_run_tune, run_tune_budget
 from hwbench.collective.run import run_collective
 from hwbench.collective.sizes import parse_sizes, sizes_to_counts
@@ -326,7 +326,7 @@ def main(args: argparse.Namespace) -> int:
         doc["health"] = health.finish(run_devices(doc))  # the readings since the watch started
         if args.catalog:  # peaks and prices came from the user's catalog over the shipped one
             doc["run"]["catalog"] = str(args.catalog)
-        saved = _save(doc, out) if out is not None else None
+        saved = save_or_rescue(doc, out) if out is not None else None
         if out is None or args.json:  # the document on stdout; the table and the rest on stderr
             print(results.dumps(doc), end="", flush=True)
         return _report(doc, out, saved, stops, sys.stderr if out is None or args.json else sys.stdout)
@@ -348,16 +348,6 @@ def _derive(doc: dict[str, Any], catalog: Catalog) -> None:
     """The derived metrics, then the roofs the run measured and each record's share of them."""
     add_metrics(doc, catalog)
     add_achievable(doc)
-
-
-def _save(doc: dict[str, Any], out: Path) -> Path:
-    """Save ``doc`` at ``out`` (or the next free name); where that fails, at a fallback path, said on stderr."""
-    try:
-        return results.save(doc, out, next_free=True)
-    except UserError as exc:
-        rescue = results.fallback_path(out)
-        print(f"hwbench: error: {exc}; the results go to {rescue} instead", file=sys.stderr)
-        return results.save(doc, rescue, next_free=True)
 
 
 def _report(doc: dict[str, Any], out: Path | None, saved: Path | None, stops: StopSignals, stream: TextIO) -> int:

@@ -64,6 +64,30 @@ class DeviceInfo:
         return f"{self.backend}:{self.index}"
 
 
+class ContractBroken(Exception):
+    """A backend answered something the backend contract does not allow (the message names the
+    backend, the method and what it returned)."""
+
+
+def listed_devices(backend: Backend) -> list[DeviceInfo]:
+    """``backend.devices()`` held to the contract, a list of :class:`DeviceInfo`; ContractBroken
+    naming the backend and what it returned otherwise."""
+    found = backend.devices()
+    where = f"backend '{backend.name}' ({type(backend).__module__}.{type(backend).__qualname__})"
+    if not isinstance(found, (list, tuple)):
+        raise ContractBroken(
+            f"{where} broke the backend contract: devices() returned a {type(found).__name__}, "
+            "not a list of hwbench.backend.DeviceInfo"
+        )
+    for number, device in enumerate(found):
+        if not isinstance(device, DeviceInfo):
+            raise ContractBroken(
+                f"{where} broke the backend contract: devices()[{number}] is a {type(device).__name__}, "
+                "not a hwbench.backend.DeviceInfo"
+            )
+    return list(found)
+
+
 @dataclass(frozen=True)
 class Implementation:
     """One way to compute a kernel on a backend: a portable source or a vendor library."""

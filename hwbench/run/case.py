@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared
+from hwbench.core.backend import Backend, DeviceInfo, Implementation, Prepared, listed_devices
 from hwbench.core.errors import NotApplicable, UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
@@ -148,7 +148,7 @@ class Pipeline:
     def devices(self, backend: Backend) -> list[DeviceInfo]:
         """The backend's devices (listed once)."""
         if backend.name not in self._devices:
-            self._devices[backend.name] = backend.devices()
+            self._devices[backend.name] = listed_devices(backend)
         return self._devices[backend.name]
 
     def resolve(self, request: CaseRequest, probe: bool = False, by_kind: bool = False) -> Case:

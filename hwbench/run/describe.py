@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from hwbench.core.backend import Backend, DeviceInfo, Implementation, Peak
+from hwbench.core.backend import Backend, ContractBroken, DeviceInfo, Implementation, Peak, listed_devices
 from hwbench.core.host import describe_host as describe_host  # re-exported: the worker answers with it
 from hwbench.core.registry import get_backend, implementations, kernel_targets
 from hwbench.run.case import error_line
@@ -59,8 +59,10 @@ def describe_backend(name: str) -> dict[str, Any]:
     if not availability.ok:
         return answer
     try:
-        answer["devices"] = [device_dict(d) for d in backend.devices()]
+        answer["devices"] = [device_dict(d) for d in listed_devices(backend)]
         answer["environment"] = backend.environment()
+    except ContractBroken as exc:
+        answer["available"], answer["reason"] = False, str(exc)
     except Exception as exc:
         answer["available"], answer["reason"] = False, f"probe passed but listing devices failed: {error_line(exc)}"
     if answer["available"] and not answer["devices"]:
