@@ -235,3 +235,20 @@ def test_wrong_results_count_every_mismatched_check_not_only_those_listed(tmp_pa
     rows = judge([load_checked(write(tmp_path / "many.json", doc))], Floors.load())["checks"]
     wrong = next(r for r in rows if r["check"] == "mismatches" and r["device_index"] == 0)
     assert (wrong["figure"], wrong["verdict"], wrong["source"]) == (1500, "FAIL", f"{tmp_path / 'many.json'}#burn[0]")
+
+
+def test_a_figure_whose_timed_calls_were_not_verified_passes_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads(PASS.read_text())
+    gemms = [r for r in doc["records"] if r["kernel"] == "gemm" and r["status"] == "ok" and r["dtype"] == "bf16"]
+    best = max(gemms, key=lambda r: r["metrics"].get("tflops") or 0.0)
+    best["parity"]["after_timing"] = (
+        "not verified: result() handed back a new array each time; the output checked after the timed calls may "
+        "be the first call's"
+    )
+    path = write(tmp_path / "unverified.json", doc)
+    assert main(["check", str(path), str(PASS_BURN)]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert any("gemm" in n.lower() and "timed calls not verified: result() handed back" in n for n in notes), out

@@ -25,6 +25,7 @@ from hwbench.decide.acceptance import FAIL, MISSING, PASS, judge
 from hwbench.decide.floors import Floors
 from hwbench.results.checked import load_checked
 from hwbench.results.tables import table
+from hwbench.run.parity import NOT_VERIFIED
 
 HELP = "accept or reject a node: its results against floors (GEMM, stream, AllReduce, burn, health)"
 EXIT_REJECTED = 1
@@ -100,6 +101,8 @@ def render(doc: dict[str, Any]) -> str:
     lines: list[str] = []  # one line each, escaped below (the table's cells are escaped by table())
     for r in doc["checks"]:
         if r["verdict"] == PASS:
+            if NOT_VERIFIED in str(r["detail"]):  # passed on a figure whose timed calls were not re-checked
+                lines.append(f"note: {r['host']} {_device(r)} {_what(r)}: {r['detail']}")
             continue
         lines.append(f"{r['verdict']}: {r['host']} {_device(r)} {_what(r)}: {r['detail']}")
         if r.get("unfinished"):

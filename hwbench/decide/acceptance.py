@@ -28,6 +28,7 @@ from typing import Any
 from hwbench.decide.floors import CHECKS, Check, Floor, Floors
 from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
+from hwbench.run.parity import unverified_warning
 
 PASS, FAIL, MISSING = "PASS", "FAIL", "MISSING"
 
@@ -155,8 +156,14 @@ def _gemm(unit: Unit) -> dict[str, Figure]:
         detail = (
             f"{tflops:.4g} TFLOPS ({record['impl']} {shape}) of {m.get('peak_tflops'):.4g} ({m.get('peak_source')})"
         )
-        out[dtype] = Figure(m["pct_peak"], detail, where)
+        out[dtype] = Figure(m["pct_peak"], detail + _unverified(record), where)
     return out
+
+
+def _unverified(record: dict[str, Any]) -> str:
+    """``; timed calls not verified: WHY`` where the record's timed calls could not be checked."""
+    warning = unverified_warning(record.get("parity"))
+    return f"; {warning}" if warning else ""
 
 
 def _stream(unit: Unit) -> Figure:
@@ -169,7 +176,8 @@ def _stream(unit: Unit) -> Figure:
     if best is None:
         return Figure(None, _absent(unit, "stream", "stream_gbps", "triad record (op=3)"))
     gbps, where, record = best
-    return Figure(gbps, f"{record['impl']} {record['dtype']} n={record['shape'].get('n')}", where)
+    detail = f"{record['impl']} {record['dtype']} n={record['shape'].get('n')}" + _unverified(record)
+    return Figure(gbps, detail, where)
 
 
 def _collectives(unit: Unit) -> list[tuple[str, dict[str, Any]]]:
