@@ -41,3 +41,13 @@ def faulty_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def hwbench_cmd(*args: str) -> list[str]:
     """Command line running the hwbench CLI with this interpreter."""
     return [sys.executable, "-m", "hwbench", *args]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test gets the markers ``tests/needs.py`` gives its module and name (the test tiers)."""
+    from needs import markers_of  # tests/ is on sys.path under pytest's rootdir conftest
+
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        for marker in markers_of(module, getattr(item, "originalname", item.name)):
+            item.add_marker(getattr(pytest.mark, marker))

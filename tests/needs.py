@@ -1,0 +1,82 @@
+"""The test tiers, in one place: which test modules (and single tests) carry which marker.
+
+``tests/conftest.py`` applies this table to every collected test, so a test file carries no
+marker of its own. The markers (registered in ``pyproject.toml``):
+
+- ``cluster``: starts several processes that act as ranks or nodes (AllReduce, MPI, torchrun,
+  network namespaces, Slurm and Kubernetes scripts), each test seconds long and sensitive to a
+  busy machine;
+- ``gpu``: GPU code checked on the CPU (cross-compiled kernels, the GPU check script, fakes of
+  the device properties); no GPU is needed, but the compilers are slow;
+- ``opencl``: runs on OpenCL devices (PoCL, Intel's CPU runtime), whose compilers are slow;
+- ``slow``: anything else that takes seconds (whole runs, tuning, ISA levels, large arrays).
+
+``bash ci/test.sh --fast`` runs ``-m "not slow and not cluster and not gpu and not opencl"``:
+the edit-test loop; the full suite runs everything.
+"""
+
+from __future__ import annotations
+
+#: Test module (its file name without ``.py``) -> its markers.
+MODULES: dict[str, tuple[str, ...]] = {
+    "test_allreduce": ("cluster",),
+    "test_allreduce_gpu": ("cluster", "gpu"),
+    "test_allreduce_mpi": ("cluster",),
+    "test_allreduce_netns": ("cluster",),
+    "test_collective_cleanup": ("cluster",),
+    "test_slurm": ("cluster",),
+    "test_k8s_manifest": ("cluster",),
+    "test_compile": ("gpu", "slow"),
+    "test_triton_codegen": ("gpu", "slow"),
+    "test_triton_kernels": ("gpu",),
+    "test_tune_triton": ("gpu",),
+    "test_simt_mma": ("gpu",),
+    "test_simt_kernels": ("gpu",),
+    "test_gpu_check": ("gpu",),
+    "test_lowprec_gpu": ("gpu",),
+    "test_gpu_timing": ("gpu",),
+    "test_opencl": ("opencl",),
+    "test_opencl_icd": ("opencl",),
+    "test_tune_simt": ("opencl", "gpu"),
+    "test_binary_cache": ("opencl",),
+    "test_plausibility": ("slow",),
+    "test_tune": ("slow",),
+    "test_tune_levels": ("slow",),
+    "test_tune_worker": ("slow",),
+    "test_cpu_isa_levels": ("slow",),
+    "test_cpu_peak_isa": ("slow",),
+    "test_lowprec_isa": ("slow",),
+    "test_probes": ("slow",),
+    "test_run_exits": ("slow",),
+    "test_search": ("slow",),
+    "test_report_browser": ("slow",),
+    "test_burn": ("slow",),
+    "test_trust_burn_check": ("slow",),
+    "test_pytest_plugin": ("slow",),
+    "test_worker": ("slow",),
+    "test_extending": ("slow", "opencl"),
+}
+
+#: Single tests (a node id's start, ``module::name``) slower than the rest of their module.
+TESTS: dict[str, tuple[str, ...]] = {
+    "test_stream::test_values_make_every_result_exact": ("slow",),
+    "test_stream::test_hwbench_run_kernel_stream_end_to_end": ("slow",),
+    "test_cpu_backend::test_flush_touches_a_buffer_larger_than_the_cache": ("slow",),
+    "test_trust_outputs::test_a_run_with_allreduce_prints_clean_nccl_tests_stdout": ("cluster",),
+    "test_trust_outputs::test_unchanged_code_passes_a_gate_on_the_mean": ("slow",),
+    "test_trust_outputs::test_a_gate_within_the_noise_of_few_rounds_warns": ("slow",),
+    "test_trust_results_files::test_the_loader_and_the_version_1_schema_agree": ("slow",),
+    "test_results_validity::test_validator_agrees_with_jsonschema": ("slow",),
+    "test_cli_safety::test_probe_and_compile_take_out_dash_for_stdout": ("slow",),
+}
+
+MARKERS = ("cluster", "gpu", "opencl", "slow")
+
+
+def markers_of(module: str, name: str) -> tuple[str, ...]:
+    """The markers of the test ``name`` (without its parameters) in the test module ``module``."""
+    found = list(MODULES.get(module, ()))
+    for key, marks in TESTS.items():
+        if f"{module}::{name}".startswith(key):
+            found += marks
+    return tuple(dict.fromkeys(found))
