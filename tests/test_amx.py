@@ -166,3 +166,15 @@ def test_dot_peaks_come_from_the_instructions_the_cpu_has() -> None:
             assert counted == fma_units(per_cycle)  # whole units, as FMAs are counted
     if not have:
         assert peaks.tops == {} and peaks.method == ""
+
+
+def test_amx_int8_columns_longer_than_the_workspace_are_exact() -> None:
+    """AMX keeps B's tiles resident and re-reads A's block: B's columns beyond the workspace's nc
+    are packed a piece at a time, A once per kc slice."""
+    _host_amx("int8")
+    n = llvm_amx.MAX_BLOCK["nc"] * 2 + 40
+    shape = {"M": 40, "N": n, "K": 300}
+    nc = -(-n // llvm_amx.BLOCK) * llvm_amx.BLOCK
+    out, inputs, config = _run(shape, "int8", {"mc": 32, "nc": nc, "kc": 128})
+    assert config["nc"] == nc
+    assert np.array_equal(out.astype(np.int64), inputs["A"].astype(np.int64) @ inputs["B"].astype(np.int64))

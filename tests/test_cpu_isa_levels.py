@@ -196,7 +196,7 @@ def test_gemm_rejects_a_tile_or_block_the_workspace_cannot_hold() -> None:
     target = host_target()
     shape = {"M": 64, "N": 64, "K": 64}
     with pytest.raises(ValueError, match="outside"):
-        gemm.launch(shape, "fp32", target, 1, config={"MR": 6, "NR_VECTORS": 2, "mc": 10**6, "nc": 32, "kc": 16})
+        gemm.launch(shape, "fp32", target, 1, config={"MR": 6, "NR_VECTORS": 2, "mc": 64, "nc": 10**6, "kc": 16})
     with pytest.raises(ValueError, match="register tile"):
         gemm.launch(shape, "fp32", target, 1, config={"MR": 99, "NR_VECTORS": 2})
 

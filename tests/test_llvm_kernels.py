@@ -26,7 +26,7 @@ from hwbench.kernels.attention import llvm as attn
 from hwbench.kernels.gemm import llvm as gemm
 from hwbench.kernels.llvmir import irutil, jit, vecmath
 from hwbench.kernels.llvmir.gpu import NVPTXTarget
-from hwbench.kernels.llvmir.target import CPUTarget
+from hwbench.kernels.llvmir.target import CPUTarget, host_target
 
 NP = {"fp32": np.float32, "fp64": np.float64}
 U = {"fp32": 2.0**-24, "fp64": 2.0**-53}
@@ -237,3 +237,36 @@ def test_rejects_bad_inputs() -> None:
         gemm.prepare_cpu({"A": a, "B": np.ones((3, 2), np.float32)}, {"M": 4, "N": 2, "K": 3}, "fp32")
     with pytest.raises(ValueError):
         gemm.prepare_cpu({"A": np.ones((2, 2)), "B": np.ones((2, 2))}, {"M": 2, "N": 2, "K": 2}, "fp16")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+def test_a_block_longer_than_the_workspace_is_packed_a_piece_at_a_time(dtype: str) -> None:
+    """The side that is not re-read (A's rows for a vector tile) may be longer than the workspace
+    holds: each program packs B once per kc slice and A a workspace-long piece at a time."""
+    target = host_target()
+    tile = gemm.tile(target, dtype)
+    m, n, k = 2 * tile.max_block["mc"] + 7, tile.nr + 5, 70
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (m, k)).astype(NP[dtype])
+    b = rng.uniform(-1, 1, (k, n)).astype(NP[dtype])
+    blocks = {"mc": m, "nc": 2 * tile.nr, "kc": 32}  # one program row, three pieces, three kc slices
+    pk = gemm.prepare_cpu({"A": a, "B": b}, {"M": m, "N": n, "K": k}, dtype, blocking=blocks)
+    pk.output[...] = np.nan
+    pk.run()
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    err = np.abs(pk.output - a64 @ b64)
+    assert pk.config["mc"] == m and np.all(err <= 2 * k * U[dtype] * (np.abs(a64) @ np.abs(b64)))
+
+
+def test_the_derived_blocking_packs_the_re_read_block_for_the_longest_other_side() -> None:
+    """2048^3 on two workers: B's blocks in L2, A's rows split only so that each worker has two
+    programs (not to fit a workspace), so each B block is packed by two programs, not six."""
+    target = host_target()
+    shape = {"M": 2048, "N": 2048, "K": 2048}
+    blk = gemm.blocking(shape, "fp32", target, workers=2)
+    tile = gemm.tile(target, "fp32")
+    if tile.b_resident or not tile.nr_vectors:
+        pytest.skip(f"the host's fp32 tile ({tile.path}) keeps B's micro-panel resident")
+    columns, rows = -(-2048 // blk["nc"]), -(-2048 // blk["mc"])
+    assert rows * columns >= 4 and rows == -(-4 // columns)
+    assert blk["mc"] > tile.max_block["mc"] or rows * tile.max_block["mc"] >= 2048

@@ -210,3 +210,13 @@ def test_256_bit_target_without_avx512_runs_both_fallbacks() -> None:
     assert llvm_bf16.path(target) == "widening"
     _exact(ODD[1], target=target)
     _bf16(ODD[1], target=target)
+
+
+def test_int8_rows_longer_than_the_workspace_are_exact() -> None:
+    """A's rows beyond what the workspace holds are packed a piece at a time, B once per kc slice."""
+    tile = llvm_lowp.tile(target_mod.host_target())
+    m = 2 * tile.max_block["mc"] + 5
+    config = _exact(
+        _shape(m, tile.nr + 3, 2 * tile.k_unit * 9 + 1), blocks={"mc": m, "nc": tile.nr, "kc": 4 * tile.k_unit}
+    )
+    assert config["mc"] == m

@@ -124,9 +124,11 @@ def blocking(tile: Tile, target: CPUTarget, shape: Shape, workers: int = 1) -> d
     kc: the resident micro-panel (A's ``MR x kc``, or B's ``kc x NR``) within ``L1_SHARE`` of L1d,
     the other streaming past it, and ``kc <= sqrt(L2_SHARE x L2 / bytes)`` so that the re-read
     block is no narrower than deep (where tiles load straight from L2, AMX, the workspace's kc);
-    the re-read block (B's ``kc x nc``, or A's ``mc x kc``) within ``L2_SHARE`` of L2; the other
-    side as long as the workspace holds, each packing then amortised over the most work, split so
-    that every worker gets two programs. Each size is evened over the blocks it makes."""
+    the re-read block (B's ``kc x nc``, or A's ``mc x kc``) within ``L2_SHARE`` of L2, packed once
+    per kc slice by each program; the other side as long as it can be, so that the re-read block's
+    packing is amortised over the most work (the program packs and multiplies it a
+    workspace-long piece at a time), split only so that every worker gets two programs. Each size
+    is evened over the blocks it makes."""
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     caches, per_k, lim = target.description.caches, tile.bytes_per_k, tile.max_block
     resident, reread = (tile.nr, ("mc", tile.mr, m)) if tile.b_resident else (tile.mr, ("nc", tile.nr, n))
@@ -140,10 +142,8 @@ def blocking(tile: Tile, target: CPUTarget, shape: Shape, workers: int = 1) -> d
     blk = {"kc": kc, key: min(_even(total, side, step), lim[key])}
     blocks = -(-max(total, 1) // blk[key])
     key, step, total = other
-    most = _round_down(lim[key], step)
-    split = -(-2 * workers // blocks) if total >= 2 * step * workers else 1
-    parts = max(-(-max(total, 1) // most), split)
-    blk[key] = min(lim[key], _round_up(-(-max(total, 1) // parts), step))
+    parts = -(-2 * workers // blocks) if total >= 2 * step * workers else 1
+    blk[key] = _round_up(-(-max(total, 1) // parts), step)
     return blk
 
 
@@ -155,10 +155,15 @@ def describe_blocking(tile: Tile, workers: int) -> str:
 
 
 def check_blocking(tile: Tile, blk: Mapping[str, int]) -> None:
-    """The workspace is sized for ``max_block``; kc must hold whole units, nc whole panels."""
+    """The workspace is sized for ``max_block`` of the re-read block and kc (the other side is
+    packed a workspace-long piece at a time, so any length goes); kc must hold whole units, nc
+    whole panels."""
+    longest = "nc" if tile.b_resident else "mc"
     for key in BLOCK_KEYS:
-        if not 1 <= int(blk[key]) <= tile.max_block[key]:
-            raise ValueError(f"blocking {key}={blk[key]} outside [1, {tile.max_block[key]}] for {tile.dtype}")
+        most = None if key == longest else tile.max_block[key]
+        if int(blk[key]) < 1 or (most is not None and int(blk[key]) > most):
+            bound = f"[1, {most}]" if most is not None else "[1, ...)"
+            raise ValueError(f"blocking {key}={blk[key]} outside {bound} for {tile.dtype}")
     if blk["kc"] % tile.k_unit or (tile.nr_vectors and blk["nc"] % tile.nr):
         step = f" and nc of {tile.nr}" if tile.nr_vectors else ""
         raise ValueError(f"{tile.dtype} blocking needs kc a multiple of {tile.k_unit}{step}, got {dict(blk)}")
@@ -217,14 +222,35 @@ def build(target: LLVMTarget, parts: Parts) -> ir.Module:
         mc = iu.imin(b, mc_max, b.sub(m, i0))
         nc = iu.imin(b, nc_max, b.sub(n, j0))
         c_blk = iu.elem_ptr(b, c, parts.output, b.add(b.mul(i0, ldc), j0))
+        # The re-read block is packed once per kc slice; the other side's block, which may be
+        # longer than the workspace, is packed and multiplied a workspace-long piece at a time.
+        span, piece = (nc, lim["nc"]) if tile.b_resident else (mc, lim["mc"])
         with iu.for_range(b, iu.i64(0), k, iu.imin(b, kc_max, iu.i64(lim["kc"])), name="pc") as p0:
             kc = iu.imin(b, kc_max, b.sub(k, p0))
             units = iu.ceil_div(b, kc, tile.k_unit)
-            b_src = iu.elem_ptr(b, bm, src, b.add(b.mul(p0, ldb), j0))
-            parts.pack_b(b, b_src, ldb, pack_b, kc, nc, units, corr)
-            parts.pack_a(b, iu.elem_ptr(b, a, src, b.add(b.mul(i0, lda), p0)), lda, pack_a, kc, mc, units, None)
             first = b.icmp_signed("==", p0, iu.i64(0))
-            emit_panel_loops(b, parts, micro, (pack_a, pack_b, corr), c_blk, (units, mc, nc, ldc), first)
+
+            def pack_b_at(col: ir.Value, cols: ir.Value) -> None:
+                b_src = iu.elem_ptr(b, bm, src, b.add(b.mul(p0, ldb), b.add(j0, col)))
+                parts.pack_b(b, b_src, ldb, pack_b, kc, cols, units, corr)
+
+            def pack_a_at(row: ir.Value, rows: ir.Value) -> None:
+                a_src = iu.elem_ptr(b, a, src, b.add(b.mul(b.add(i0, row), lda), p0))
+                parts.pack_a(b, a_src, lda, pack_a, kc, rows, units, None)
+
+            if tile.b_resident:
+                pack_a_at(iu.i64(0), mc)
+            else:
+                pack_b_at(iu.i64(0), nc)
+            with iu.for_range(b, iu.i64(0), span, iu.i64(piece), name="piece") as at:
+                length = iu.imin(b, iu.i64(piece), b.sub(span, at))
+                if tile.b_resident:
+                    pack_b_at(at, length)
+                    c_at, sizes = iu.elem_ptr(b, c_blk, parts.output, at), (units, mc, length, ldc)
+                else:
+                    pack_a_at(at, length)
+                    c_at, sizes = iu.elem_ptr(b, c_blk, parts.output, b.mul(at, ldc)), (units, length, nc, ldc)
+                emit_panel_loops(b, parts, micro, (pack_a, pack_b, corr), c_at, sizes, first)
 
     target.define_kernel(module, KERNEL, [iu.PTR] * 3 + [iu.I64] * 9, body)
     return module
