@@ -195,7 +195,9 @@ class TritonSymmAllReduce(GPUCollective):
         self.timeout_ns = int(world.timeout_s * 1e9)
         self.config = {
             "algorithm": f"one-shot <= {ONESHOT_MAX_BYTES} B, else reduce-scatter + all-gather, in one launch",
-            "sync": "signal pads, program by program, inside the kernel (bounded waits)",
+            "sync": "signal pads, program by program, inside the kernel: one lane a peer signals it "
+            "(release), each polls its flag with acquire loads (bounded waits); the grid is checked "
+            "co-resident before the first launch",
             "symm_mem_backend": backend,
             "gpu": torch.cuda.get_device_name(self.device),
             "block": kernel.BLOCK,
@@ -217,6 +219,8 @@ class TritonSymmAllReduce(GPUCollective):
         }
         rank, ranks, count = self.world.local_rank, self.world.local_size, inp.numel()
         step = self.kernel.plan(count, ranks, rank, inp.element_size(), ONESHOT_MAX_BYTES, self.programs)
+        if self.device.type == "cuda":  # tensors on a GPU: its SMs must hold the whole grid at once
+            step = self.co_resident(step, tables, out, in_place)
         self.config["programs"] = step["grid"][0]
         launch, err, clock, timeout = self.kernel.launch, self.err, self.clock, self.timeout_ns
 
@@ -224,6 +228,32 @@ class TritonSymmAllReduce(GPUCollective):
             launch(tables, err, out, count, rank, ranks, step, in_place, timeout, clock)
 
         return allreduce
+
+    def co_resident(self, step: dict[str, Any], tables: dict[str, int], out: Any, in_place: bool) -> dict[str, Any]:
+        """``step`` where the GPU holds its whole grid at once (every program waits for its peers' programs,
+        so one left without an SM would wait for ever), else the plan again with at most the programs that
+        fit (two-shot programs stride over their slice); a grid that still cannot be resident is a skip
+        saying why, never a launch."""
+        import torch
+
+        props = torch.cuda.get_device_properties(self.device)
+        rank, ranks, count, size = self.world.local_rank, self.world.local_size, out.numel(), out.element_size()
+        reason = ""
+        for _ in range(2):  # the re-plan may pick the other variant, with another footprint
+            kernel = self.kernel.compiled(
+                tables, self.err, out, count, rank, ranks, step, in_place, self.timeout_ns, self.clock
+            )
+            used = self.kernel.footprint(kernel)
+            reason = self.kernel.co_resident(step["grid"][0], props, used)
+            per_sm, _ = self.kernel.resident_per_sm(props, used["registers"], used["shared"], used["threads"])
+            self.config["resident_programs"] = per_sm * int(props.multi_processor_count)
+            if not reason:
+                return step
+            fits = self.config["resident_programs"]
+            if fits < 1:
+                break
+            step = self.kernel.plan(count, ranks, rank, size, ONESHOT_MAX_BYTES, min(self.programs, fits))
+        raise CollectiveError(f"triton_symm: {reason}", "skipped")
 
     def timed_out(self) -> None:
         """Raise a timeout when any device barrier of this rank gave up waiting for a peer."""

@@ -13,8 +13,14 @@ Programs synchronise pairwise across ranks (program ``p`` of every rank) through
 signal pads, before reading (every input written) and after writing (every peer done
 reading this rank's input, every peer's result written here). A signal is a 32-bit slot
 set 0 -> 1 by the sender and taken 1 -> 0 by the receiver, so the pads are zero again after
-each barrier. Every wait is bounded: past ``timeout`` the kernel sets ``err[0]`` and goes on,
-so a missing peer ends in a timeout record, never in ``__trap()`` and a poisoned context.
+each barrier. A barrier works in lanes, one a peer: each lane sets its peer's slot with one
+release exchange (all peers signalled at once, not one after another), then polls its own
+slot with loads (``ld.acquire.sys`` on NVIDIA; on AMD loads past the caches, with one acquire
+exchange when the signal came), never with read-modify-writes. Every wait is bounded: past
+``timeout`` the kernel sets ``err[0]`` and goes on, so a missing peer ends in a timeout record,
+never in ``__trap()`` and a poisoned context. Programs wait for their peers' programs, so a
+launch's whole grid must be resident at once: :func:`co_resident` refuses a grid the GPU's
+SMs cannot hold (from the compiled kernel's registers and shared memory).
 ``CLOCK`` says what bounds a wait: 1 NVIDIA's ``%globaltimer`` (ns), 2 AMD's
 ``s_memrealtime`` (100 MHz), 0 a count of spins (the interpreter, which has no clock).
 fp16/bf16 accumulate in fp32 and round once on the store; AllReduce inputs are small
@@ -58,32 +64,51 @@ def _now(CLOCK: tl.constexpr):
 
 
 @triton.jit
-def _swap(flag, expect, new, start, timeout, CLOCK: tl.constexpr):
-    """Turn ``*flag`` from ``expect`` into ``new``; 1 when done, 0 when ``timeout`` passed first."""
-    done = (tl.atomic_cas(flag, expect, new, sem="acq_rel", scope="sys") == expect).to(tl.int32)
+def _poll(flags, CLOCK: tl.constexpr):
+    """Each lane's flag. NVIDIA: ``ld.acquire.sys`` (a load, no read-modify-write, that orders what
+    follows after the peer's release); elsewhere a volatile load, which reads memory each time, with
+    the acquire made once when the wait ends (:func:`_take`)."""
+    if CLOCK == 1:
+        got = tl.inline_asm_elementwise(
+            "ld.acquire.sys.global.b32 $0, [$1];", "=r,l", [flags], dtype=tl.int32, is_pure=False, pack=1
+        )
+    else:
+        got = tl.load(flags, cache_modifier=".cv", volatile=True)
+    return got
+
+
+@triton.jit
+def _take(flags, live, start, timeout, CLOCK: tl.constexpr):
+    """Wait until every ``live`` lane's flag is 1, then turn those back to 0 (one exchange per lane,
+    acquire at system scope); 1 when all came, 0 when ``timeout`` passed first."""
+    came = (_poll(flags, CLOCK) == 1) | (live == 0)
     waited = tl.zeros((), dtype=tl.int64)
-    while (done == 0) & (waited < timeout):
-        done = (tl.atomic_cas(flag, expect, new, sem="acq_rel", scope="sys") == expect).to(tl.int32)
+    while (tl.min(came.to(tl.int32), axis=0) == 0) & (waited < timeout):
+        came = came | (_poll(flags, CLOCK) == 1)
         if CLOCK == 0:
             waited += 1
         else:
             waited = _now(CLOCK) - start
-    return done
+    tl.atomic_xchg(flags, tl.zeros(flags.shape, dtype=tl.int32), mask=came & (live != 0), sem="acquire", scope="sys")
+    return tl.min(came.to(tl.int32), axis=0)
 
 
 @triton.jit
-def _barrier(pad_ptrs, slot, rank, err_ptr, timeout, NRANKS: tl.constexpr, CLOCK: tl.constexpr):
-    """Meet program ``slot // PHASES`` of every rank: signal each peer, then take each peer's signal."""
+def _barrier(pad_ptrs, slot, rank, err_ptr, timeout, NRANKS: tl.constexpr, LANES: tl.constexpr, CLOCK: tl.constexpr):
+    """Meet program ``slot // PHASES`` of every rank: lane ``p`` (of ``LANES``, a power of two at least
+    ``NRANKS``) signals peer ``p`` (one release exchange per lane, all peers at once), then every lane
+    waits for its peer's signal (:func:`_take`)."""
     tl.debug_barrier()  # every thread's memory accesses before the signal
     pads = pad_ptrs.to(tl.pointer_type(tl.uint64))
+    lanes = tl.arange(0, LANES)
+    live = lanes < NRANKS
+    peer = tl.where(live, lanes, 0)
+    theirs = tl.load(pads + peer).to(tl.pointer_type(tl.int32))
     own = tl.load(pads + rank).to(tl.pointer_type(tl.int32))
     start = _now(CLOCK)
-    ok = tl.full((), 1, tl.int32)
-    for peer in tl.static_range(NRANKS):
-        theirs = tl.load(pads + peer).to(tl.pointer_type(tl.int32))
-        ok = ok & _swap(theirs + slot * NRANKS + rank, 0, 1, start, timeout, CLOCK)
-    for peer in tl.static_range(NRANKS):
-        ok = ok & _swap(own + slot * NRANKS + peer, 1, 0, start, timeout, CLOCK)
+    ones = tl.full((LANES,), 1, tl.int32)
+    tl.atomic_xchg(theirs + slot * NRANKS + rank, ones, mask=live, sem="release", scope="sys")
+    ok = _take(own + slot * NRANKS + peer, live.to(tl.int32), start, timeout, CLOCK)
     if ok == 0:
         tl.atomic_max(err_ptr, 1, sem="relaxed", scope="gpu")
     tl.debug_barrier()  # no thread reads before the signals are taken
@@ -153,6 +178,7 @@ def allreduce_kernel(
     rank,
     timeout,
     NRANKS: tl.constexpr,
+    LANES: tl.constexpr,
     ONESHOT: tl.constexpr,
     IN_PLACE: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -161,16 +187,16 @@ def allreduce_kernel(
     """One AllReduce of ``count`` elements over ``NRANKS`` ranks (``out_local``: this rank's output)."""
     pid = tl.program_id(0)
     element = out_local.dtype.element_ty
-    _barrier(pad_ptrs, pid * 2, rank, err_ptr, timeout, NRANKS, CLOCK)  # every input written
+    _barrier(pad_ptrs, pid * 2, rank, err_ptr, timeout, NRANKS, LANES, CLOCK)  # every input written
     if ONESHOT:
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         acc = _reduce(in_ptrs, offs, count, NRANKS, element, BLOCK)
         if IN_PLACE:  # this rank's input is its output: peers must be done reading it first
-            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)
+            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, LANES, CLOCK)
             _store(out_local, offs, count, acc, BLOCK)
         else:
             _store(out_local, offs, count, acc, BLOCK)
-            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)
+            _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, LANES, CLOCK)
     else:
         outs = out_ptrs.to(tl.pointer_type(tl.uint64))
         step = tl.num_programs(0).to(tl.int64) * BLOCK
@@ -179,7 +205,7 @@ def allreduce_kernel(
             acc = _reduce(in_ptrs, offs, hi, NRANKS, element, BLOCK)
             for peer in tl.static_range(NRANKS):  # the all-gather: this slice into every rank's output
                 _store(tl.load(outs + peer).to(tl.pointer_type(element)), offs, hi, acc, BLOCK)
-        _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, CLOCK)  # every slice here
+        _barrier(pad_ptrs, pid * 2 + 1, rank, err_ptr, timeout, NRANKS, LANES, CLOCK)  # every slice here
 
 
 def slices(count: int, ranks: int, itemsize: int) -> list[tuple[int, int]]:
@@ -209,6 +235,38 @@ def plan(
     return {"grid": (max(1, min(programs, -(-widest // block))),), "ONESHOT": False, "lo": lo, "hi": hi}
 
 
+def arguments(
+    tables: Mapping[str, int],
+    err: Any,
+    out_local: Any,
+    count: int,
+    rank: int,
+    ranks: int,
+    step: Mapping[str, Any],
+    in_place: bool,
+    timeout: int,
+    clock: int,
+    block: int = BLOCK,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The positional arguments and the constexprs and options of one launch of :func:`allreduce_kernel`;
+    ``tables`` holds the device addresses of the ``inputs``, ``outputs`` and ``pads`` tables, ``step``
+    what :func:`plan` gave."""
+    if not 1 <= ranks <= MAX_RANKS:
+        raise ValueError(f"one launch serves 1 to {MAX_RANKS} ranks, got {ranks}")
+    args = (tables["inputs"], tables["outputs"], tables["pads"], err, out_local, count)
+    args += (step["lo"], step["hi"], rank, timeout)
+    constexprs = {
+        "NRANKS": ranks,
+        "LANES": triton.next_power_of_2(ranks),
+        "ONESHOT": step["ONESHOT"],
+        "IN_PLACE": in_place,
+        "BLOCK": block,
+        "CLOCK": clock,
+        "num_warps": NUM_WARPS,
+    }
+    return args, constexprs
+
+
 def launch(
     tables: Mapping[str, int],
     err: Any,
@@ -222,27 +280,80 @@ def launch(
     clock: int,
     block: int = BLOCK,
 ) -> None:
-    """One launch of :func:`allreduce_kernel`; ``tables`` holds the device addresses of the
-    ``inputs``, ``outputs`` and ``pads`` tables, ``step`` what :func:`plan` gave."""
-    if not 1 <= ranks <= MAX_RANKS:
-        raise ValueError(f"one launch serves 1 to {MAX_RANKS} ranks, got {ranks}")
-    allreduce_kernel[step["grid"]](
-        tables["inputs"],
-        tables["outputs"],
-        tables["pads"],
-        err,
-        out_local,
-        count,
-        step["lo"],
-        step["hi"],
-        rank,
-        timeout,
-        NRANKS=ranks,
-        ONESHOT=step["ONESHOT"],
-        IN_PLACE=in_place,
-        BLOCK=block,
-        CLOCK=clock,
-        num_warps=NUM_WARPS,
+    """One launch of :func:`allreduce_kernel` (the arguments as :func:`arguments` takes them)."""
+    args, constexprs = arguments(tables, err, out_local, count, rank, ranks, step, in_place, timeout, clock, block)
+    allreduce_kernel[step["grid"]](*args, **constexprs)
+
+
+def compiled(
+    tables: Mapping[str, int],
+    err: Any,
+    out_local: Any,
+    count: int,
+    rank: int,
+    ranks: int,
+    step: Mapping[str, Any],
+    in_place: bool,
+    timeout: int,
+    clock: int,
+    block: int = BLOCK,
+) -> Any:
+    """The kernel Triton builds for that launch (compiled, loaded, not launched), to read its footprint."""
+    args, constexprs = arguments(tables, err, out_local, count, rank, ranks, step, in_place, timeout, clock, block)
+    kernel = allreduce_kernel.warmup(*args, grid=step["grid"], **constexprs)
+    init = getattr(kernel, "_init_handles", None)
+    if callable(init):  # loads the module: the driver then reports its registers
+        init()
+    return kernel
+
+
+def footprint(kernel: Any) -> dict[str, int]:
+    """Registers a thread, shared memory a block (bytes) and threads a block of a compiled kernel."""
+    meta = kernel.metadata
+    warp = int(getattr(meta, "warp_size", 0) or getattr(getattr(meta, "target", None), "warp_size", 0) or 32)
+    return {"registers": int(kernel.n_regs or 0), "shared": int(meta.shared or 0), "threads": meta.num_warps * warp}
+
+
+#: Blocks one SM holds at most, by compute capability (CUDA's occupancy tables); 16 for others.
+BLOCKS_PER_SM = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32, (10, 0): 32}
+
+
+def resident_per_sm(props: Any, registers: int, shared: int, threads: int) -> tuple[int, str]:
+    """Blocks of a kernel one SM (CU on AMD) holds at once, and what limits it, from the device's
+    properties as ``torch.cuda.get_device_properties`` reports them and the kernel's :func:`footprint`.
+    NVIDIA allocates registers a warp at a time in units of 256 and reserves 1 KB of shared memory a
+    block from sm_80 on; a limit torch does not report is left out."""
+    hip = str(getattr(props, "gcnArchName", "")).startswith("gfx")
+    warp = int(getattr(props, "warp_size", 0) or (64 if hip else 32))
+    major, minor = int(props.major), int(props.minor)
+    limits = {"threads": int(getattr(props, "max_threads_per_multi_processor", 0) or 2048) // max(threads, 1)}
+    if not hip:
+        limits["blocks"] = BLOCKS_PER_SM.get((major, minor), 16)
+    register_file = int(getattr(props, "regs_per_multiprocessor", 0) or 0)
+    if register_file and registers:
+        per_warp = registers * warp if hip else -(-registers * warp // 256) * 256
+        limits["registers"] = (register_file // per_warp) // max(1, -(-threads // warp))
+    shared_per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
+    per_block = shared + (1024 if not hip and major >= 8 else 0)
+    if shared_per_sm and per_block:
+        limits["shared memory"] = shared_per_sm // per_block
+    limit = min(limits, key=lambda name: limits[name])
+    return max(0, limits[limit]), limit
+
+
+def co_resident(programs: int, props: Any, footprint: Mapping[str, int]) -> str:
+    """Why a grid of ``programs`` cannot all be resident at once on the device of ``props`` (empty when it
+    can). Programs of one launch wait for their peers' programs, so a program left waiting for an SM would
+    wait for ever: such a grid is refused, never launched."""
+    per_sm, limit = resident_per_sm(props, footprint["registers"], footprint["shared"], footprint["threads"])
+    sms = int(props.multi_processor_count)
+    if programs <= sms * per_sm:
+        return ""
+    return (
+        f"a grid of {programs} programs cannot be resident at once on {getattr(props, 'name', 'this GPU')}: "
+        f"{sms} SMs x {per_sm} blocks each (limited by {limit}: {footprint['registers']} registers a thread, "
+        f"{footprint['shared']} B of shared memory and {footprint['threads']} threads a block), and every "
+        "program waits for its peers' programs inside the launch"
     )
 
 
@@ -270,6 +381,7 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
             }
             constexprs = {
                 "NRANKS": MAX_RANKS,
+                "LANES": MAX_RANKS,
                 "ONESHOT": oneshot,
                 "IN_PLACE": False,
                 "BLOCK": BLOCK,
