@@ -253,7 +253,7 @@ def arguments(
     what :func:`plan` gave."""
     if not 1 <= ranks <= MAX_RANKS:
         raise ValueError(f"one launch serves 1 to {MAX_RANKS} ranks, got {ranks}")
-    args = (tables["inputs"], tables["outputs"], tables["pads"], err, out_local, count)
+    args: tuple[Any, ...] = (tables["inputs"], tables["outputs"], tables["pads"], err, out_local, count)
     args += (step["lo"], step["hi"], rank, timeout)
     constexprs = {
         "NRANKS": ranks,
