@@ -239,7 +239,7 @@ class CPUBackend(Backend):
             # A vendor library keeps its own ISA: the device's peak is the host's, whatever level is emulated.
             peak, facts = measured_peak(host)
         except Exception as exc:  # a peak we cannot measure is reported as missing, with why
-            return target.cpu_name, None, {**extra, "peak_error": str(exc)}
+            return host.cpu_name, None, {**extra, "peak_error": str(exc)}
         extra.update(facts)
         if target.features != host.features:
             extra["isa_level"] = f"{description.isa_level} (emulated; the host is {host.description.isa_level})"
@@ -255,7 +255,7 @@ class CPUBackend(Backend):
                 }
             except Exception as exc:  # the portable kernels are then gated against the host's peak
                 extra["portable_peak_error"] = str(exc)
-        return target.cpu_name, peak, extra
+        return host.cpu_name, peak, extra
 
     def remeasure_peak(self, device: DeviceInfo) -> Peak | None:
         """The host's peak measured again, :data:`REMEASURE` times as thoroughly (more rounds,

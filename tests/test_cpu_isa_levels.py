@@ -285,23 +285,29 @@ def test_a_level_this_cpu_cannot_run_is_refused() -> None:
     assert done.returncode == 2 and "HWBENCH_CPU_ISA" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_run_at_x86_64_v3_says_so_in_its_records(tmp_path) -> None:
-    level_target("x86-64-v3")
-    out = tmp_path / "v3.json"
+def test_a_run_below_the_hosts_level_says_so_in_its_records(tmp_path) -> None:
+    """A run at the level below the host's (v3 on an AVX-512 host, v2 on an AVX2 one) is emulated:
+    its device carries the emulated level's own peak and its records the restricted tile."""
+    host_level = _host_level() if host_target().triple.startswith("x86_64") else "x86-64"
+    if host_level not in LEVELS[1:]:
+        pytest.skip(f"no x86-64 level below this host's ({host_level}) to emulate")
+    level = LEVELS[LEVELS.index(host_level) - 1]
+    out = tmp_path / "below.json"
     done = _cli(
-        "x86-64-v3",
+        level,
         "run", "--backend", "cpu", "--kernel", "gemm", "--impl", "llvm,numpy", "--dtype", "fp32",
         "--shape", "gemm:M=96,N=80,K=72", "--budget", "0.02", "-q", "-o", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(out.read_text())
     device = doc["backends"][0]["devices"][0] if doc["backends"][0]["name"] == "cpu" else None
-    assert device is not None and "x86-64-v3" in device["extra"]["isa_level"]
-    assert "portable_peak" in device["extra"]
+    assert device is not None and f"{level} (emulated; the host is {host_level})" == device["extra"]["isa_level"]
+    assert device["extra"]["portable_peak"]["isa_level"] == level
+    assert device["arch"] == host_target().cpu_name  # the device is the host, whatever level is emulated
     records = {r["impl"]: r for r in doc["records"]}
     assert records["llvm"]["status"] == "ok" and records["numpy"]["status"] == "ok"
     derived = records["llvm"]["config"]["derived_from"]
-    assert derived["isa_level"] == "x86-64-v3 (restricted)" and derived["vector_bits"] == 256
+    assert derived["isa_level"] == f"{level} (restricted)" and derived["vector_bits"] == (256 if level == "x86-64-v3" else 128)
     assert (records["llvm"]["config"]["MR"], records["llvm"]["config"]["NR_VECTORS"]) == (6, 2)
 
 

@@ -68,7 +68,8 @@ def test_int8_dtype_is_exact_with_int32_output() -> None:
 def test_int8_llvm_gemm_is_exact_on_odd_shapes(shape: dict[str, int]) -> None:
     config = _exact(shape)
     host = target_mod.host_target()
-    assert config["path"] == llvm_lowp.path(host) and config["k_group"] == 4
+    path = llvm_lowp.path(host)
+    assert config["path"] == path and config["k_group"] == (4 if path == "vnni" else 2)
 
 
 def test_int8_exact_across_k_slices_and_blocks() -> None:
@@ -149,7 +150,8 @@ def _bf16(shape: dict[str, int], target: object | None = None, blocks: dict[str,
 @pytest.mark.parametrize("shape", ODD, ids=lambda s: f"{s['M']}x{s['N']}x{s['K']}")
 def test_bf16_llvm_gemm_within_fp32_accumulation_bound(shape: dict[str, int]) -> None:
     config = _bf16(shape)
-    assert config["path"] == llvm_bf16.path(target_mod.host_target()) and config["k_group"] == 2
+    path = llvm_bf16.path(target_mod.host_target())
+    assert config["path"] == path and config["k_group"] == (2 if path == "bf16dp" else 1)
 
 
 def test_bf16_across_k_slices_and_widening_fallback() -> None:

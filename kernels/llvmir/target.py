@@ -166,7 +166,10 @@ class CPUTarget(LLVMTarget):
         if triple is not None:
             llvm.initialize_all_targets()
             llvm.initialize_all_asmprinters()
-        self.cpu_name = cpu_name or llvm.get_host_cpu_name()
+        host_cpu = cpu_name or llvm.get_host_cpu_name()
+        # A restricted x86 level is scheduled by the level's own model (its loads, latencies and
+        # register use), not the host's: the code for a level is then the same on every host.
+        self.cpu_name = isa_level if cpu_name is None and isa_level in cpu_model.X86_LEVELS else host_cpu
         features = features if features is not None else llvm.get_host_cpu_features().flatten()
         self.isa_level = isa_level
         self.features = cpu_model.restrict_features(features, isa_level) if isa_level else features
@@ -179,7 +182,7 @@ class CPUTarget(LLVMTarget):
         )
         self._vector_bytes = self.description.vector_bytes
         level = f"-{isa_level}" if isa_level else ""
-        self.name = f"cpu-{self.cpu_name}{level}-{self._vector_bytes * 8}b"
+        self.name = f"cpu-{host_cpu}{level}-{self._vector_bytes * 8}b"
 
     @property
     def cache_key(self) -> str:
