@@ -542,11 +542,12 @@ for target, binary in ((GPUTarget("cuda", 90, 32), "cubin"), (GPUTarget("hip", "
             text = c.asm["ptx"]
             assert "trap" not in text, where  # a wait that gives up never poisons the context
             assert "%globaltimer" in text, where  # waits are bounded in time
-            assert len(re.findall(r"atom\\.global\\.acq_rel\\.sys\\.cas", text)) >= 4 * k.MAX_RANKS, where
+            assert re.search(r"ld\\.acquire\\.sys\\.global", text), where  # waits poll with acquire loads
+            assert "atom.global.sys.release.exch" in text, where  # signals release their writes
             assert text.count("ld.global.v4") >= k.MAX_RANKS, where  # full blocks: 16-byte loads from every rank
         else:
             text = c.asm["amdgcn"]
-            assert "s_trap" not in text and "s_memrealtime" in text and "cmpswap" in text, where
+            assert "s_trap" not in text and "s_memrealtime" in text and "global_atomic_swap" in text, where
             assert "global_load_dwordx4" in text or "buffer_load_dwordx4" in text, where
 print("compiled")
 """
