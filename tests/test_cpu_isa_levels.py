@@ -307,7 +307,9 @@ def test_a_run_below_the_hosts_level_says_so_in_its_records(tmp_path) -> None:
     records = {r["impl"]: r for r in doc["records"]}
     assert records["llvm"]["status"] == "ok" and records["numpy"]["status"] == "ok"
     derived = records["llvm"]["config"]["derived_from"]
-    assert derived["isa_level"] == f"{level} (restricted)" and derived["vector_bits"] == (256 if level == "x86-64-v3" else 128)
+    assert derived["isa_level"] == f"{level} (restricted)" and derived["vector_bits"] == (
+        256 if level == "x86-64-v3" else 128
+    )
     assert (records["llvm"]["config"]["MR"], records["llvm"]["config"]["NR_VECTORS"]) == (6, 2)
 
 
