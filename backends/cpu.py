@@ -188,6 +188,7 @@ class CPUBackend(Backend):
 
     name = "cpu"
     description = "host CPU: llvmlite JIT kernels vs NumPy/OpenBLAS and torch"
+    kind = "cpu"
     languages = ("llvmlite",)
     lowering = {"llvmlite": "JIT for the host vector width, all cores"}
 

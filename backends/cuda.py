@@ -78,6 +78,7 @@ class CUDABackend(TorchGPUBackend):
     flavor = "cuda"
     caches = ("triton", "cuda", "cupy")
     vendor = "NVIDIA"
+    readers = "nvml"
     event_name = "cuda_event"
     lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to PTX"}
 

@@ -109,6 +109,7 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
     description = "OpenCL devices through pyopencl: OpenCL C and llvmlite SPIR-V kernels vs CLBlast"
+    kind = "portable"
 
     languages = ("opencl-c", "llvmlite")
     lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to SPIR-V"}

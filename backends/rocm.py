@@ -40,6 +40,7 @@ class ROCmBackend(TorchGPUBackend):
     description = "AMD GPUs through torch (ROCm/HIP build)"
     flavor = "hip"
     vendor = "AMD"
+    readers = "amdsmi"
     event_name = "hip_event"
     lowering = {"llvmlite": "the work-group (SIMT) kernels lowered to AMDGCN"}
 

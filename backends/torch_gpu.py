@@ -29,7 +29,17 @@ import numpy as np
 
 from hwbench.backends import torch_gpu_lowp as lowp
 from hwbench.backends import torch_gpu_triton as triton_case
-from hwbench.core.backend import Availability, Backend, DeviceInfo, Flush, Implementation, Prepared, Timer, present
+from hwbench.core.backend import (
+    Availability,
+    Backend,
+    DeviceInfo,
+    Flush,
+    Implementation,
+    Observers,
+    Prepared,
+    Timer,
+    present,
+)
 from hwbench.core.caches import cache_notes, ensure_caches
 from hwbench.core.dtypes import is_integer
 from hwbench.core.host import arch_of, package_version
@@ -146,8 +156,11 @@ class EventTimer(Timer):
 class TorchGPUBackend(Backend):
     """GPUs that torch drives: ``flavor`` is "cuda" (NVIDIA) or "hip" (AMD ROCm)."""
 
+    kind = "gpu"
     flavor = "cuda"
     vendor = "NVIDIA"
+    #: The vendor's readers of its GPUs (``hwbench.sensors``): ``nvml`` or ``amdsmi``.
+    readers = "nvml"
     event_name = "cuda_event"
     languages = ("triton", "llvmlite")
 
@@ -207,6 +220,11 @@ class TorchGPUBackend(Backend):
             )
         return found
 
+    def observers(self, device: Mapping[str, Any] | None) -> Observers:
+        """The vendor's readers (:attr:`readers`), the device found by its index in torch's numbering
+        (the vendor runtime's) where its description names no UUID or PCI bus id."""
+        return Observers(self.readers, by_index=True)
+
     def arch(self, index: int) -> str:
         """Architecture name Triton and LLVM take: ``sm_90`` or ``gfx942`` (see :func:`arch_of`)."""
         import torch
@@ -223,7 +241,7 @@ class TorchGPUBackend(Backend):
             "multi_processor_count": props.multi_processor_count,
         }
         catalog = Catalog.load()
-        extra.update(link_facts(read_link(self.name, props), catalog.host_link(str(props.name))))
+        extra.update(link_facts(read_link(self.readers, props), catalog.host_link(str(props.name))))
         llc = catalog.last_level_cache(str(props.name))
         if llc is not None:
             extra["llc_bytes"] = llc.bytes

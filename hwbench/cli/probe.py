@@ -71,7 +71,8 @@ def _choose_backend(text: str, timeout: float) -> dict[str, Any]:
         return _describe(parse_names(text, list(backend_targets()), "backend")[:1], timeout)[0]
     described = _describe(list(backend_targets()), timeout)
     with_accel = [b for b in described if b["available"] and any(d["kind"] in ACCELERATORS for d in b["devices"])]
-    return with_accel[0] if with_accel else next(b for b in described if b["name"] == "cpu")
+    hosts = [b for b in described if b.get("kind") == "cpu"]  # a backend of the host's cores
+    return with_accel[0] if with_accel else (hosts or described)[0]
 
 
 def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

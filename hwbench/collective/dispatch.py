@@ -3,7 +3,8 @@ why it cannot run here.
 
 The implementations a node offers are those the allreduce kernel's folder declares per
 backend (``hwbench.core.registry.implementations``); this module maps each name to its
-class and to what it needs.
+class and to what it needs. A backend of kind ``gpu`` runs them on its GPUs (one per rank,
+through torch's devices), one of kind ``cpu`` on the host's cores.
 """
 
 from __future__ import annotations
@@ -15,20 +16,43 @@ from hwbench.collective.mpi import missing as mpi_missing
 from hwbench.collective.shm import CollectiveError
 from hwbench.collective.topology import World
 from hwbench.core.backend import Availability, Implementation, present
+from hwbench.core.registry import get_backend
 
-GPU_BACKENDS = ("cuda", "rocm")
+
+def kind_of(backend: str) -> str:
+    """The kind of the backend called ``backend`` (:attr:`hwbench.core.backend.Backend.kind`)."""
+    return get_backend(backend).kind
 
 
-def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: str = "cpu") -> Collective:
+def on_gpus(backend: str) -> bool:
+    """Whether AllReduce on ``backend`` runs on GPUs, one per rank (a backend of kind ``gpu``)."""
+    return kind_of(backend) == "gpu"
+
+
+class _GpuBackends:
+    """The backends of kind ``gpu``: ``name in GPU_BACKENDS`` asks the backend's kind."""
+
+    def __contains__(self, backend: object) -> bool:
+        return isinstance(backend, str) and on_gpus(backend)
+
+
+#: ``name in GPU_BACKENDS``: whether the backend called ``name`` is of kind ``gpu`` (:func:`on_gpus`).
+GPU_BACKENDS = _GpuBackends()
+
+
+def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: str) -> Collective:
     """The implementation ``name`` of ``backend`` on this rank (set-up is collective: every rank calls it)."""
-    if backend in GPU_BACKENDS:
+    kind = kind_of(backend)
+    if kind == "gpu":
         if name == "nccl":
             return NcclAllReduce(world)
         if name == "triton_symm":
             return TritonSymmAllReduce(world, max_bytes)
         raise CollectiveError(f"no AllReduce implementation '{name}' on {backend}")
-    if backend != "cpu":
-        raise CollectiveError(f"hwbench runs AllReduce on the cpu, cuda and rocm backends, not on {backend}", "skipped")
+    if kind != "cpu":
+        raise CollectiveError(
+            f"hwbench runs AllReduce on backends of kind cpu and gpu, not on {backend} (of kind {kind})", "skipped"
+        )
     if name == "gloo":
         return GlooAllReduce(world)
     if name == "llvm_shm":
@@ -40,7 +64,7 @@ def create(name: str, world: World, max_bytes: int, timeout_s: float, backend: s
 
 def support(impl: Implementation, dtype: str, backend: str) -> Availability:
     """Whether ``impl`` can run ``dtype`` on ``backend`` here, and why not."""
-    if backend in GPU_BACKENDS:
+    if on_gpus(backend):
         why = _gpu_missing(impl, backend)
     elif not present("torch"):
         why = "torch is not installed: AllReduce ranks meet through torch.distributed"

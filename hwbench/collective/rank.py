@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.collective.debris import sweep_stale
-from hwbench.collective.dispatch import create
+from hwbench.collective.dispatch import create, on_gpus
 from hwbench.collective.impls import Collective
 from hwbench.collective.mpi import MPI_ENV, finalize, rank_environment
 from hwbench.collective.rendezvous import init_process_group, join_timeout
@@ -94,7 +94,7 @@ def serve(world: World, job: dict[str, Any], emit: Emit, progress: Progress | No
             _inject_fault(world, index)
             if name not in impls:
                 progress(f"setup:{name}")
-                impls[name] = create(name, world, max_bytes.get(name, 0), job["timeout_s"], case.get("backend", "cpu"))
+                impls[name] = create(name, world, max_bytes.get(name, 0), job["timeout_s"], case["backend"])
             result = run_case(impls[name], case, world, _marker(progress, f"case:{index}"))
             if world.rank == 0:
                 base = dict(case["record"], config={**case["record"].get("config", {}), **impls[name].config})
@@ -139,7 +139,7 @@ def follow(timeout_s: float) -> int:
 
 
 def _on_gpus(job: dict[str, Any]) -> bool:
-    return any(case.get("backend") in ("cuda", "rocm") for case in job["cases"])
+    return any(on_gpus(case["backend"]) for case in job["cases"])
 
 
 def _parent_of(pid: int) -> int:

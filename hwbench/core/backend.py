@@ -7,6 +7,11 @@ the portable sources in its languages; a third-party backend adds natives of its
 overriding :meth:`Backend.natives`. A backend module imports its SDK only inside its
 methods, so listing backends never loads a driver. Third-party backends subclass
 :class:`Backend` and register through the ``hwbench.backends`` entry-point group.
+
+What hwbench does differently per backend follows from what the backend says of itself, never
+from its name: its :attr:`Backend.kind` (one of :data:`BACKEND_KINDS`) and the readers that
+observe each of its devices (:meth:`Backend.observers`, by default :func:`default_observers`:
+by the device's kind and vendor).
 """
 
 from __future__ import annotations
@@ -21,6 +26,66 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.kernel import Kernel, Native, Shape, Source, get_kernel
+
+#: What a backend's :attr:`Backend.kind` may say, and what each kind means to hwbench.
+BACKEND_KINDS: Mapping[str, str] = {
+    "cpu": "the host's CPU cores, computed on in hwbench's own processes: every device is the host CPU, "
+    "read by the host's sensors and health readers",
+    "gpu": "a GPU runtime (CUDA, HIP, a new vendor's): devices with memory and streams of their own, numbered "
+    "as the vendor's runtime numbers them; hwbench burn burns them when no backend is named, AllReduce runs "
+    "there on the device collectives the allreduce kernel declares for the backend",
+    "portable": "a portable runtime (OpenCL) over devices of any kind: each device's own kind and vendor say "
+    "what applies (the kind of a backend that says none)",
+}
+
+
+@dataclass(frozen=True)
+class Observers:
+    """What observes a device's power, energy, temperature, clocks and health, and how it finds the
+    device: the answer of :meth:`Backend.observers` (read by ``hwbench.sensors``)."""
+
+    #: hwbench's readers of the device: ``cpu`` (the host's RAPL, cpufreq, hwmon, EDAC and machine
+    #: checks), ``nvml`` (an NVIDIA GPU), ``amdsmi`` (an AMD GPU), or empty for none.
+    readers: str = ""
+    #: Whether the device's index is its vendor runtime's (CUDA's, HIP's, the visible-devices
+    #: variables followed), so that a vendor reader may find it by index where its description names
+    #: no UUID or PCI bus id; else it is found by its name.
+    by_index: bool = False
+    #: The backend's own readers of the device's power, energy, temperature and clocks, in place of
+    #: ``readers``'s (the health readings stay ``readers``'s): called once per process, it returns a
+    #: ``hwbench.sensors.base.Sensors`` or the one-line reason none are readable.
+    sensors: Callable[[], object] | None = None
+
+
+def default_observers(kind: str, device: Mapping[str, Any] | None) -> Observers:
+    """The readers of a device of a backend of ``kind``, ``device`` its description (a
+    :class:`DeviceInfo` as results files write it): the host's for the host CPU (a ``cpu``
+    backend's devices, a device of kind ``cpu``, one that says it is the host CPU), NVML for an
+    NVIDIA device, amdsmi for an AMD one (found by index on a ``gpu`` backend), none otherwise."""
+    device = device or {}
+    vendor = str(device.get("vendor") or "").casefold()
+    if kind == "cpu" or device.get("kind") == "cpu" or (device.get("extra") or {}).get("host_cpu"):
+        return Observers("cpu")
+    if "nvidia" in vendor:
+        return Observers("nvml", by_index=kind == "gpu")
+    if "amd" in vendor or "advanced micro" in vendor:
+        return Observers("amdsmi", by_index=kind == "gpu")
+    return Observers()
+
+
+def described_kind(description: Mapping[str, Any]) -> str:
+    """The kind of a backend as a results file describes it: its ``kind``; in a file written before
+    backends said their kind, the one its devices show (``portable`` where they say whether they are
+    the host CPU, as OpenCL's do; ``cpu`` or ``gpu`` where all are of that kind), else empty."""
+    if description.get("kind"):
+        return str(description["kind"])
+    devices = [d for d in description.get("devices") or [] if isinstance(d, Mapping)]
+    if not devices:
+        return ""
+    if any("host_cpu" in (d.get("extra") or {}) for d in devices):
+        return "portable"
+    kinds = {d.get("kind") for d in devices}
+    return str(kinds.pop()) if len(kinds) == 1 and kinds <= {"cpu", "gpu"} else ""
 
 
 @dataclass(frozen=True)
@@ -239,6 +304,9 @@ class Backend(ABC):
 
     name: str = ""
     description: str = ""
+    #: What kind of device runtime this is (a key of :data:`BACKEND_KINDS`): ``cpu``, ``gpu`` or
+    #: ``portable``; hwbench branches on it, never on the backend's name.
+    kind: str = "portable"
     #: Source languages this backend compiles and launches (``llvmlite``, ``opencl-c``, ``triton``).
     languages: tuple[str, ...] = ()
     #: How this backend runs a source of each language, added to its description.
@@ -314,6 +382,12 @@ class Backend(ABC):
     def environment(self) -> dict[str, Any]:
         """Versions and settings of this backend's software stack, for run metadata."""
         return {}
+
+    def observers(self, device: Mapping[str, Any] | None) -> Observers:
+        """What observes ``device`` (its description, a :class:`DeviceInfo` as results files write
+        it): by default hwbench's readers for its kind and vendor (:func:`default_observers`); a
+        backend with readers of its own returns them in :attr:`Observers.sensors`."""
+        return default_observers(self.kind, device)
 
     def remeasure_peak(self, device: DeviceInfo) -> Peak | None:
         """The device's peak measured again, more thoroughly, before a vendor library's record above

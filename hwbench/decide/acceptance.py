@@ -64,7 +64,7 @@ def _entry_name(entry: Mapping[str, Any]) -> str:
 def _kind(loaded: Loaded, backend: str, index: Any) -> str:
     kind = loaded.device_kind({"backend": backend, "device_index": index})
     if kind == "unknown":
-        return "gpu" if backend in ("cuda", "rocm") else "accelerator"
+        return "gpu" if loaded.backend_kind(backend) == "gpu" else "accelerator"
     return kind
 
 

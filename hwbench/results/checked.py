@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwbench.core.backend import described_kind
 from hwbench.results import files as results
 
 
@@ -41,12 +42,19 @@ class Loaded:
                     return device
         return None
 
+    def backend_kind(self, name: Any) -> str:
+        """The kind of the file's backend called ``name`` (``cpu``, ``gpu``, ``portable``; see
+        :func:`~hwbench.core.backend.described_kind`), empty where the file does not say it."""
+        described = next((b for b in self.doc.get("backends", []) if b.get("name") == name), None)
+        return described_kind(described) if described is not None else ""
+
     def device_kind(self, record: dict[str, Any]) -> str:
-        """``cpu``, ``gpu`` or ``accelerator`` for the record's device (``cpu`` for the cpu backend)."""
+        """``cpu``, ``gpu`` or ``accelerator`` for the record's device (``cpu`` on a backend of kind
+        ``cpu``), ``unknown`` where the file does not say."""
         device = self.device(record)
         if device is not None:
             return str(device.get("kind", "cpu"))
-        return "cpu" if record.get("backend") == "cpu" else "unknown"
+        return "cpu" if self.backend_kind(record.get("backend")) == "cpu" else "unknown"
 
 
 def load_checked(path: str | Path) -> Loaded:

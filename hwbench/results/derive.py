@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
+from hwbench.core.backend import described_kind
 from hwbench.core.records import empty_metrics, failed
 from hwbench.core.registry import get_kernel
 from hwbench.results import collective_figures as collective
@@ -125,13 +126,22 @@ def _natives(records: list[dict[str, Any]]) -> tuple[Natives, Natives]:
     return first, fastest
 
 
+def _host_backends(doc: dict[str, Any]) -> set[str]:
+    """The names of the document's backends of kind ``cpu`` (the host's cores)."""
+    return {str(b.get("name")) for b in doc.get("backends", []) if described_kind(b) == "cpu"}
+
+
 def _host_native(
-    natives: dict[tuple[Any, ...], dict[str, Any]], record: dict[str, Any], device: dict[str, Any] | None
+    natives: dict[tuple[Any, ...], dict[str, Any]],
+    record: dict[str, Any],
+    device: dict[str, Any] | None,
+    hosts: set[str],
 ) -> dict[str, Any] | None:
-    """The cpu backend's native twin of a record whose device is the host CPU (e.g. PoCL), if any."""
-    if record["backend"] == "cpu" or device is None or not (device.get("extra") or {}).get("host_cpu"):
+    """The native twin on a backend of kind ``cpu`` (``hosts``) of a record another backend ran on
+    the host CPU (e.g. PoCL), if any."""
+    if record["backend"] in hosts or device is None or not (device.get("extra") or {}).get("host_cpu"):
         return None
-    return next((n for key, n in natives.items() if key[0] == "cpu" and key[2:] == metrics.case_key(record)[2:]), None)
+    return next((n for key, n in natives.items() if key[0] in hosts and key[2:] == metrics.case_key(record)[2:]), None)
 
 
 def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> Gated:
@@ -357,7 +367,7 @@ def _fill(
         out["speed_vs_native"] = metrics.speed_ratio(native["timing"]["median_s"], median)
     if record.get("energy"):
         per_watt(record, kernel)
-    host = _host_native(natives, record, device)
+    host = _host_native(natives, record, device, _host_backends(doc))
     if host is not None:
         out["host_native_impl"] = host["impl"]
         out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)

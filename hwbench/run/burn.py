@@ -25,6 +25,7 @@ from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import new_document, now
+from hwbench.core.registry import backend_targets
 from hwbench.run.burn_device import BurnJob
 from hwbench.run.burn_series import event_line, outcome, ready_line, summarize, throttle_reasons
 from hwbench.run.runner import PROBE_TIMEOUT_S, describe_all
@@ -40,8 +41,6 @@ STOP_GRACE_S = 10.0
 END_GRACE_S = 60.0
 #: Default durations, s: any GPU or accelerator selected, else only CPUs.
 DEFAULT_DURATION_S = {"gpu": 600.0, "cpu": 120.0}
-#: Backends a default burn loads: the GPUs' where any is available, else the CPU.
-GPU_BACKENDS = ("cuda", "rocm")
 #: Seconds per point of the series: the default, and the least a user may ask for; a shorter burn
 #: than DEFAULT_POINTS * DEFAULT_INTERVAL_S gets DEFAULT_POINTS points by default.
 DEFAULT_INTERVAL_S = 5.0
@@ -59,8 +58,7 @@ Progress = Callable[[dict[str, Any]], None]
 class BurnPlan:
     """What the user asked to burn."""
 
-    #: backends by name; None: the GPU backends with a device, else the CPU
-    backends: list[str] | None = None
+    backends: list[str] | None = None  # by name; None: the default (default_backends)
     devices: dict[str, list[int]] | None = None  # backend -> device indices; None: all
     duration_s: float | None = None  # None: by the devices' kind (DEFAULT_DURATION_S)
     interval_s: float | None = None  # None: by the duration (default_interval)
@@ -319,10 +317,13 @@ def describe(plan: BurnPlan, doc: dict[str, Any]) -> list[dict[str, Any]]:
             doc["warnings"].append(f"host description failed: {died.reason}")
         if plan.backends is not None:
             return describe_all(worker, plan.backends, PROBE_TIMEOUT_S)
-        gpus = describe_all(worker, GPU_BACKENDS, PROBE_TIMEOUT_S)
-        if any(b["available"] and b["devices"] for b in gpus):
-            return gpus
-        return gpus + describe_all(worker, ["cpu"], PROBE_TIMEOUT_S)  # the file says why no GPU burned
+        return default_backends(describe_all(worker, list(backend_targets()), PROBE_TIMEOUT_S))
+
+
+def default_backends(described: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a burn naming no backend loads: the backends of kind gpu, and of kind cpu where no GPU is found."""
+    gpus, hosts = ([b for b in described if b.get("kind") == kind] for kind in ("gpu", "cpu"))
+    return gpus if any(b["available"] and b["devices"] for b in gpus) else gpus + hosts  # the file says why
 
 
 def burn_all(
@@ -401,9 +402,8 @@ def execute_burn(
 
     try:
         backends = describe(plan, doc)
-        doc["backends"] = [
-            {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
-        ]
+        keys = ("name", "kind", "available", "reason", "devices", "environment")
+        doc["backends"] = [{k: b.get(k) for k in keys if k in b} for b in backends]
         devices, notes = select_devices(plan, backends)
         doc["warnings"] += notes
         duration = plan.duration_s or default_duration(devices)

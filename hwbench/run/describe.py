@@ -41,10 +41,11 @@ def impl_dict(impl: Implementation) -> dict[str, Any]:
 
 
 def describe_backend(name: str) -> dict[str, Any]:
-    """Availability, devices, software and implementations of one backend; never raises."""
+    """Availability, kind, devices, software and implementations of one backend; never raises."""
     backend = get_backend(name)
     answer: dict[str, Any] = {
         "name": name,
+        "kind": backend.kind,
         "description": backend.description,
         "available": False,
         "reason": "",

@@ -1,10 +1,12 @@
 """Which readers a backend's device has: :func:`open_sensors`, and :class:`DeviceSensors`, each
 device's readers opened once in a process and said once in a results file.
 
-A device whose kind is ``cpu`` (the cpu backend's, and an OpenCL CPU device, which is the host
-CPU too) is read through :mod:`.cpu` (RAPL, cpufreq, hwmon); an NVIDIA GPU through NVML
-(:mod:`.nvml`), an AMD GPU through amdsmi (:mod:`.amd`). ``HWBENCH_SENSORS_ROOT`` names another
-root for the files read (tests point it at a fake sysfs tree; it is never needed on a real host).
+The backend says what observes each of its devices (:meth:`hwbench.core.backend.Backend.observers`,
+:func:`observers_of`): by default, a device of a ``cpu`` backend and any device of kind ``cpu``
+(an OpenCL CPU device is the host CPU too) is read through :mod:`.cpu` (RAPL, cpufreq, hwmon), an
+NVIDIA GPU through NVML (:mod:`.nvml`), an AMD GPU through amdsmi (:mod:`.amd`); a backend with
+readers of its own hands them over instead. ``HWBENCH_SENSORS_ROOT`` names another root for the
+files read (tests point it at a fake sysfs tree; it is never needed on a real host).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hwbench.sensors.amd import open_amdsmi
 from hwbench.sensors.base import READINGS, Sensors
 from hwbench.sensors.cpu import open_cpu
 from hwbench.sensors.nvml import open_nvml
+from hwbench.sensors.observers import observers_of
 
 #: The environment variable naming the root of the files sensors read (default ``/``).
 ROOT_VARIABLE = "HWBENCH_SENSORS_ROOT"
@@ -29,26 +32,27 @@ def sensors_root() -> Path:
 
 
 def reader_of(backend: str, device: Mapping[str, Any] | None) -> str:
-    """Which readers a device has: ``cpu``, ``nvml``, ``amdsmi``, or empty for none."""
-    device = device or {}
-    extra = device.get("extra") or {}
-    kind, vendor = str(device.get("kind") or ""), str(device.get("vendor") or "").lower()
-    if backend == "cpu" or extra.get("host_cpu") or kind == "cpu":
-        return "cpu"
-    if backend == "cuda" or (kind == "gpu" and "nvidia" in vendor):
-        return "nvml"
-    if backend == "rocm" or (kind == "gpu" and ("amd" in vendor or "advanced micro" in vendor)):
-        return "amdsmi"
-    return ""
+    """Which of hwbench's readers a device has: ``cpu``, ``nvml``, ``amdsmi``, or empty for none."""
+    return observers_of(backend, device).readers
 
 
 def open_sensors(
     backend: str, device_index: int, device: Mapping[str, Any] | None = None, *, root: Path = Path("/")
 ) -> Sensors | str:
     """The readers of device ``backend:device_index`` (``device``: its description, a
-    ``DeviceInfo`` as a mapping), or the one-line reason none are readable. Files are read under
-    ``root``; NVML and amdsmi are asked through their libraries."""
-    reader = reader_of(backend, device)
+    ``DeviceInfo`` as a mapping), or the one-line reason none are readable: the backend's own
+    readers where it has them (:attr:`~hwbench.core.backend.Observers.sensors`), else hwbench's.
+    Files are read under ``root``; NVML and amdsmi are asked through their libraries."""
+    observers = observers_of(backend, device)
+    if observers.sensors is not None:
+        own = observers.sensors()
+        if not isinstance(own, (Sensors, str)):
+            return (
+                f"backend '{backend}' broke the backend contract: its observers' sensors() returned a "
+                f"{type(own).__name__}, not a hwbench.sensors.base.Sensors or a reason"
+            )
+        return own
+    reader = observers.readers
     if reader == "cpu":
         return open_cpu(root)
     if reader == "nvml":

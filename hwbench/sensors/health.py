@@ -8,7 +8,8 @@ that rose, the PCIe link under load) use what changed in between. :func:`read_he
 
 The readers: the host CPU from ``/sys`` and ``/proc`` (:mod:`hwbench.sensors.health_cpu`), NVIDIA
 GPUs through NVML (:mod:`~hwbench.sensors.health_nvml`), AMD GPUs through amdsmi
-(:mod:`~hwbench.sensors.health_amd`). Each entry::
+(:mod:`~hwbench.sensors.health_amd`); which of them reads a device, and whether it finds the device
+by index, the device's backend says (:func:`~hwbench.sensors.observers.observers_of`). Each entry::
 
     {"backend", "device_index", "device", "sources": [str], "readings": {name: value},
      "problems": [str], "skipped": {name: reason}, "clean": bool | None, "window_s", "polls"}
@@ -29,6 +30,7 @@ from typing import Any
 from hwbench.sensors.health_amd import AmdHealth
 from hwbench.sensors.health_cpu import LOAD_S, CpuCounters, cpu_findings, cpufreq_now, read_counters
 from hwbench.sensors.health_nvml import NvmlHealth
+from hwbench.sensors.observers import kind_of, observers_of
 
 #: Seconds between the readings a watch's thread takes while the work runs.
 POLL_S = 1.0
@@ -36,25 +38,12 @@ POLL_S = 1.0
 Device = tuple[str, int, Mapping[str, Any] | None]
 
 
-def _vendor_side(backend: str, device: Mapping[str, Any] | None) -> str:
-    """Which reader a device takes: ``cpu``, ``nvml``, ``amdsmi`` or ``""`` (none)."""
-    kind = str((device or {}).get("kind") or "")
-    vendor = str((device or {}).get("vendor") or "").casefold()
-    if backend == "cpu" or kind == "cpu":
-        return "cpu"
-    if backend == "cuda" or "nvidia" in vendor:
-        return "nvml"
-    if backend == "rocm" or "amd" in vendor or "advanced micro devices" in vendor:
-        return "amdsmi"
-    return ""
-
-
 class HealthWatch:
     """Health over a window: :meth:`start` before the work, :meth:`poll` during it (or a thread,
     with ``poll_s``), :meth:`finish` after; also a context manager (start, then close).
 
-    ``backends`` names what the work runs on: NVML starts for ``cuda``/``opencl``, amdsmi for
-    ``rocm``/``opencl`` (None: both); the host's counters are always read. ``root`` is the file
+    ``backends`` names what the work runs on: NVML and amdsmi start unless every one of them is a
+    backend of kind ``cpu`` (None: they start); the host's counters are always read. ``root`` is the file
     tree read (``/``), ``nvml`` and ``amdsmi`` the SDK modules (imported where not given),
     ``load_s`` how long one core spins before cpufreq's clock is read.
     """
@@ -85,8 +74,9 @@ class HealthWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _wants(self, *names: str) -> bool:
-        return self.backends is None or bool(self.backends & set(names))
+    def _gpus_watched(self) -> bool:
+        """Whether the work may run on a GPU: a backend not of kind ``cpu`` (or of a kind not known here)."""
+        return self.backends is None or any(kind_of(name) != "cpu" for name in self.backends)
 
     def start(self) -> HealthWatch:
         """The readings before the work; the polling thread started where ``poll_s`` is set and
@@ -94,9 +84,8 @@ class HealthWatch:
         with self._lock:
             self.started_at = self.clock()
             self.cpu_before = read_counters(self.root)
-            if self._wants("cuda", "opencl"):
+            if self._gpus_watched():
                 self.nvml.start()
-            if self._wants("rocm", "opencl"):
                 self.amd.start()
             pollable = self.nvml.gpus or self.amd.gpus or cpufreq_now(self.root)
         if self.poll_s and pollable and self._thread is None:
@@ -141,22 +130,23 @@ class HealthWatch:
         cpu_part: dict[str, Any] | None = None
         entries = []
         for backend, index, device in devices:
-            side = _vendor_side(backend, device)
+            observers = observers_of(backend, device)
+            side = observers.readers
             if side == "cpu":
                 if cpu_part is None:  # the host's counters, read once for every CPU device
                     cpu_part = cpu_findings(
                         self.cpu_before,
                         read_counters(self.root),
-                        [(b, i, d) for b, i, d in devices if _vendor_side(b, d) == "cpu"],
+                        [(b, i, d) for b, i, d in devices if observers_of(b, d).readers == "cpu"],
                         root=self.root,
                         run_max_mhz=self.cpufreq_max,
                         load_s=self.load_s,
                     )
                 part = cpu_part
             elif side == "nvml":
-                part = self.nvml.findings(backend, index, device)
+                part = self.nvml.findings(backend, index, device, observers.by_index)
             elif side == "amdsmi":
-                part = self.amd.findings(backend, index, device)
+                part = self.amd.findings(backend, index, device, observers.by_index)
             else:
                 vendor, kind = (device or {}).get("vendor") or "unknown vendor", (device or {}).get("kind") or "device"
                 part = {

@@ -141,10 +141,14 @@ class AmdHealth:
             except self.amdsmi.AmdSmiException:
                 pass
 
-    def resolve(self, backend: str, index: int) -> int:
-        """amdsmi's index of a ``rocm`` device (the visible-devices variables followed); LookupError with why not."""
-        if backend != "rocm":
-            raise LookupError("an AMD GPU through OpenCL is not matched to amdsmi's devices: read it as rocm")
+    def resolve(self, backend: str, index: int, by_index: bool = False) -> int:
+        """amdsmi's index of a device whose index is HIP's (``by_index``; the visible-devices variables
+        followed); LookupError with why not."""
+        if not by_index:
+            raise LookupError(
+                f"an AMD GPU through {backend} is not matched to amdsmi's devices: read it through a backend "
+                "that numbers GPUs as HIP does (rocm)"
+            )
         found = index
         for name in VISIBLE:
             value = os.environ.get(name, "").strip()
@@ -157,7 +161,9 @@ class AmdHealth:
             raise LookupError(f"amdsmi has {len(self.gpus)} GPUs, none with index {found}")
         return found
 
-    def findings(self, backend: str, index: int, device: Mapping[str, Any] | None) -> dict[str, Any]:
+    def findings(
+        self, backend: str, index: int, device: Mapping[str, Any] | None, by_index: bool = False
+    ) -> dict[str, Any]:
         """The amdsmi part of one device's health entry (``sources``, ``readings``, ``problems``, ``skipped``,
         ``judged``)."""
         part: dict[str, Any] = {"sources": [], "readings": {}, "problems": [], "skipped": {}, "judged": 0}
@@ -165,7 +171,7 @@ class AmdHealth:
             part["skipped"]["amdsmi"] = self.reason
             return part
         try:
-            gpu = self.gpus[self.resolve(backend, index)]
+            gpu = self.gpus[self.resolve(backend, index, by_index)]
         except LookupError as exc:
             part["skipped"]["amdsmi"] = str(exc)
             return part

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwbench.sensors.observers import kind_of
+
 #: Corrected memory errors (EDAC, all controllers) since the counters were reset above which a node
 #: is not clean: a DIMM logging this many is on its way to uncorrected ones.
 EDAC_CE_LIMIT = 100
@@ -199,15 +201,16 @@ def cpufreq_facts(root: Path = Path("/")) -> dict[str, Any]:
 
 
 def measured_clock(devices: list[tuple[str, int, Any]]) -> tuple[float | None, str]:
-    """The clock the cpu backend measured under its dependent-add load, MHz, and what it is;
-    (None, why not) where no described CPU device has one."""
+    """The clock the cpu backend (a backend of kind ``cpu``) measured under its dependent-add load,
+    MHz, and what it is; (None, why not) where no described CPU device has one."""
     for backend, _, device in devices:
         extra = (device or {}).get("extra") or {}
-        if backend == "cpu" and extra.get("clock_ghz"):
+        host = kind_of(backend) == "cpu"
+        if host and extra.get("clock_ghz"):
             return float(extra["clock_ghz"]) * 1000, (
                 "the cpu backend's chain of dependent integer adds on one core, timed when it described the device"
             )
-        if backend == "cpu" and extra.get("peak_error"):
+        if host and extra.get("peak_error"):
             return None, f"the cpu backend could not measure its clock: {extra['peak_error']}"
     return None, (
         "no clock measured under load: the cpu backend measures it with llvmlite (pip install 'hwbench[cpu]') "

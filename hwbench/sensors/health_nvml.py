@@ -222,10 +222,10 @@ class NvmlHealth:
             _ask(self.nvml, "nvmlShutdown")
             self.events = None
 
-    def resolve(self, backend: str, index: int, device: Mapping[str, Any] | None) -> int:
+    def resolve(self, backend: str, index: int, device: Mapping[str, Any] | None, by_index: bool = False) -> int:
         """NVML's index of a device: by the UUID or PCI bus id its description's ``extra`` gives, else
-        a ``cuda`` device's index (``CUDA_VISIBLE_DEVICES`` followed, the name checked) or another
-        backend's NVIDIA GPU by its name (when one NVML device alone has it); LookupError with why not."""
+        by its index where that is CUDA's (``by_index``: ``CUDA_VISIBLE_DEVICES`` followed, the name
+        checked), else by its name (when one NVML device alone has it); LookupError with why not."""
         nvml, name = self.nvml, str((device or {}).get("name") or "")
         extra = (device or {}).get("extra") or {}
         uuid, bus = str(extra.get("uuid") or ""), str(extra.get("pci_bus_id") or "")
@@ -236,7 +236,7 @@ class NvmlHealth:
                 return int(nvml.nvmlDeviceGetIndex(handle))
         count = int(nvml.nvmlDeviceGetCount())
         names = [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-        if backend != "cuda":
+        if not by_index:
             same = [i for i, n in enumerate(names) if name and _same_name(n, name)]
             if len(same) != 1:
                 raise LookupError(f"{len(same)} NVML devices are named '{name}': cannot tell which one this is")
@@ -251,16 +251,18 @@ class NvmlHealth:
             )
         return found
 
-    def findings(self, backend: str, index: int, device: Mapping[str, Any] | None) -> dict[str, Any]:
+    def findings(
+        self, backend: str, index: int, device: Mapping[str, Any] | None, by_index: bool = False
+    ) -> dict[str, Any]:
         """The NVML part of one device's health entry (``sources``, ``readings``, ``problems``, ``skipped``,
-        ``judged``)."""
+        ``judged``); ``by_index``: the device's index is CUDA's (see :meth:`resolve`)."""
         part: dict[str, Any] = {"sources": [], "readings": {}, "problems": [], "skipped": {}, "judged": 0}
         if not self.open():
             part["skipped"]["nvml"] = self.reason
             return part
         nvml = self.nvml
         try:
-            gpu = self._gpu(self.resolve(backend, index, device))
+            gpu = self._gpu(self.resolve(backend, index, device, by_index))
         except (LookupError, nvml.NVMLError) as exc:
             part["skipped"]["nvml"] = str(exc)
             return part

@@ -19,16 +19,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hwbench.sensors.base import Sample, Sensors
+from hwbench.sensors.observers import observers_of
 
 #: NVML's energy counter counts millijoules.
 MILLIJOULE = 1e-3
 
 
-def torch_identity(backend: str, index: int) -> tuple[str, str]:
+def torch_identity(backend: str, index: int, device: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """(UUID, PCI bus id) of ``backend:index`` from torch's device properties, where this process
-    has torch loaded already (the cuda and rocm backends load it); empty strings otherwise."""
+    has torch loaded already (the backends torch drives GPUs through load it) and the backend
+    numbers its devices as the vendor's runtime does (:attr:`~hwbench.core.backend.Observers.by_index`);
+    empty strings otherwise."""
     torch = sys.modules.get("torch")
-    if torch is None or backend not in ("cuda", "rocm"):
+    if torch is None or not observers_of(backend, device).by_index:
         return "", ""
     try:
         props = torch.cuda.get_device_properties(index)
@@ -48,7 +51,7 @@ def identity(backend: str, index: int, device: Mapping[str, Any] | None) -> tupl
     extra = device.get("extra") or {}
     uuid, bus = str(extra.get("uuid") or ""), str(extra.get("pci_bus_id") or "")
     if not (uuid or bus):
-        uuid, bus = torch_identity(backend, index)
+        uuid, bus = torch_identity(backend, index, device)
     return uuid, bus, str(device.get("name") or "")
 
 

@@ -41,6 +41,16 @@ def _attn(b: int, h: int, sq: int, sk: int, d: int, causal: int) -> dict[str, in
     return {"batch": b, "heads": h, "seq_q": sq, "seq_k": sk, "head_dim": d, "causal": causal}
 
 
+#: SDPA on a GPU, the native of every backend torch drives GPUs through.
+TORCH_SDPA_DEVICE = Native(
+    "torch_sdpa",
+    "torch",
+    "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
+    ("fp16", "bf16", "fp32"),
+    "natives:torch_sdpa_device",
+)
+
+
 class Attention(Kernel):
     """Scaled dot-product attention; q, k, v are (batch, heads, seq, head_dim)."""
 
@@ -117,18 +127,8 @@ class Attention(Kernel):
                 unless=("torch",),
             ),
         ),
-        **{
-            gpu: (
-                Native(
-                    "torch_sdpa",
-                    "torch",
-                    "torch scaled_dot_product_attention (flash, efficient, cuDNN or math: recorded)",
-                    ("fp16", "bf16", "fp32"),
-                    "natives:torch_sdpa_device",
-                ),
-            )
-            for gpu in ("cuda", "rocm")
-        },
+        "cuda": (TORCH_SDPA_DEVICE,),
+        "rocm": (TORCH_SDPA_DEVICE,),
     }
 
     def output_shape(self, shape: Shape) -> tuple[int, ...]:

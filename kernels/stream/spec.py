@@ -92,6 +92,16 @@ def _all(n: int) -> tuple[dict[str, int], ...]:
 TORCH_MISSING = "torch is not installed (pip install torch)"
 
 
+#: The stream operations in torch on a GPU, the native of every backend torch drives GPUs through.
+TORCH_DEVICE = Native(
+    "torch",
+    "torch",
+    "torch: copy_, mul(out=), add(out=), add(alpha=, out=) (one-pass triad), dot",
+    ("fp32", "fp64"),
+    "natives:torch_device",
+)
+
+
 class Stream(Kernel):
     """BabelStream's copy, mul, add, triad and dot."""
 
@@ -165,18 +175,8 @@ class Stream(Kernel):
                 {"pyclblast": "pyclblast is not installed (pip install 'hwbench[clblast]')"},
             ),
         ),
-        **{
-            gpu: (
-                Native(
-                    "torch",
-                    "torch",
-                    "torch: copy_, mul(out=), add(out=), add(alpha=, out=) (one-pass triad), dot",
-                    ("fp32", "fp64"),
-                    "natives:torch_device",
-                ),
-            )
-            for gpu in ("cuda", "rocm")
-        },
+        "cuda": (TORCH_DEVICE,),
+        "rocm": (TORCH_DEVICE,),
     }
 
     def derive(self, shape: dict[str, int]) -> dict[str, int]:

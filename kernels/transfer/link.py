@@ -158,10 +158,12 @@ def amdsmi_link(props: Any, amdsmi: Any = None) -> Link | None:
         amdsmi.amdsmi_shut_down()
 
 
-def read_link(backend: str, props: Any) -> Link | None:
-    """The host link the vendor's management library reports for a ``cuda`` or ``rocm`` device."""
-    if backend == "cuda":
+def read_link(readers: str, props: Any) -> Link | None:
+    """The host link the vendor's management library reports for a GPU (``props``: torch's device
+    properties): ``readers`` names the library, ``nvml`` or ``amdsmi`` (a backend's
+    :attr:`~hwbench.core.backend.Observers.readers`); None for any other."""
+    if readers == "nvml":
         return nvml_link(props)
-    if backend == "rocm":
+    if readers == "amdsmi":
         return amdsmi_link(props)
     return None

@@ -52,6 +52,17 @@ LATENCY_BYTES = 4
 ELEMENT = 4  # bytes of the one dtype, fp32
 
 
+def _torch_copy(vendor_call: str) -> Native:
+    """``Tensor.copy_``, which the vendor's runtime does with ``vendor_call``."""
+    return Native(
+        "torch_copy",
+        "torch",
+        f"Tensor.copy_ ({vendor_call} on the copy engines; pin_memory for pinned host memory)",
+        ("fp32",),
+        "natives:torch_copy",
+    )
+
+
 def _t(direction: int, nbytes: int, pinned: int = 1) -> dict[str, int]:
     return {"dir": direction, "bytes": nbytes, "pinned": pinned, "peer": EVERY_PEER}
 
@@ -93,18 +104,7 @@ class Transfer(Kernel):
         "standard": (*_bandwidth(NVBANDWIDTH_BYTES), *_latency()),
         "full": (*_bandwidth(NVBANDWIDTH_BYTES), *_bandwidth(64 * MIB), _t(H2D, 2048 * MIB), *_latency()),
     }
-    natives = {
-        backend: (
-            Native(
-                "torch_copy",
-                "torch",
-                f"Tensor.copy_ ({vendor} on the copy engines; pin_memory for pinned host memory)",
-                ("fp32",),
-                "natives:torch_copy",
-            ),
-        )
-        for backend, vendor in (("cuda", "cudaMemcpyAsync"), ("rocm", "hipMemcpyAsync"))
-    }
+    natives = {"cuda": (_torch_copy("cudaMemcpyAsync"),), "rocm": (_torch_copy("hipMemcpyAsync"),)}
 
     def complete(self, given: Mapping[str, int]) -> dict[str, int]:
         """Fill defaults and check a user's shape; the direction, size and flags are checked too."""
