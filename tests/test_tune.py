@@ -155,7 +155,9 @@ def test_the_budget_is_kept(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None
     start = time.monotonic()
     results, _ = tune_cases([_request(), _request(shape={"M": 100, "N": 20, "K": 16})], budget_s=1.5)
     spent = time.monotonic() - start
-    assert spent < 1.5 + 0.4, spent
+    # the device's budget is the cases' own time; the worker's start and the listing come before it
+    assert sum(r.spent_s for r in results) < 1.5 + 0.1, [r.spent_s for r in results]
+    assert spent < 1.5 + 3.0, spent
     assert all(r.status == "tuned" and len(r.tried) < r.of for r in results)
     assert all("left; a candidate takes" in r.reason for r in results), [r.reason for r in results]
 
@@ -317,7 +319,10 @@ def test_one_lucky_timing_does_not_displace_the_derived_configuration(tmp_path: 
     result, tuner = _scripted(tmp_path, {0: [1.0, 1.0, 1.0, 1.0], 1: [1.5], 2: [0.6, 1.0, 0.99, 1.01]})
     assert result.status == "tuned" and result.entry is not None
     assert result.entry.config == {"id": 0}
-    assert sorted(result.confirmed) == [0, 1, 2] and len(result.confirmed[2]) == 4  # first + 3 rounds
+    from hwbench.run.tune import CONFIRM_ROUNDS
+
+    # the budget lasts: every round is run, each finalist timed once a round
+    assert sorted(result.confirmed) == [0, 1, 2] and len(result.confirmed[2]) == 1 + CONFIRM_ROUNDS
     assert tuner.calls[:3] == [0, 1, 2]
 
 

@@ -46,10 +46,11 @@ SETUP_TIMEOUT_S = 120.0
 #: A candidate is hung past this many times the slowest one timed so far, and at least this many seconds.
 HANG_FACTOR, HANG_FLOOR_S = 10.0, 10.0
 #: What is left of a case's budget after every candidate was timed re-times the fastest
-#: ``FINALISTS`` and the derived configuration against each other, up to ``CONFIRM_ROUNDS`` times in
-#: alternating order; the finalist with the lowest median of its timings wins, and it must beat the
-#: derived configuration by ``MARGIN`` (one lucky sample on a noisy machine decides nothing).
-FINALISTS, CONFIRM_ROUNDS, MARGIN = 3, 3, 0.03
+#: ``FINALISTS`` and the derived configuration against each other in alternating order, round after
+#: round while the budget lasts, up to ``CONFIRM_ROUNDS`` rounds; the finalist with the lowest median
+#: of its timings wins, and it must beat the derived configuration by ``MARGIN`` (one lucky sample on
+#: a noisy machine decides nothing, and more rounds make the medians steadier).
+FINALISTS, CONFIRM_ROUNDS, MARGIN = 3, 8, 0.03
 
 
 @dataclass
