@@ -4,7 +4,7 @@
     .venv/bin/python ci/commands_doc.py --check  # exit 1 where it is out of date
 
 The reference is the part of the page between the two marker lines below; the prose above it is
-written by hand. ``tests/test_docs.py`` checks that every option of every command appears there.
+written by hand. ``tests/project/test_docs.py`` checks that every option of every command appears there.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check on one NVIDIA GPU (cuda:0 unless asked), in at most 297 s (4.95 minutes) with its install,
 # cold caches included, with nothing from the network. Sections, each with its own budget in seconds
-# (BUDGET below, 297 in all; tests/test_gpu_check_budget.py adds them and fails past 300):
+# (BUDGET below, 297 in all; tests/project/test_gpu_check_budget.py adds them and fails past 300):
 #   install    this checkout into the check's own folder (the interpreter, torch, Triton and GPUs said)
 #   compile    hwbench compile --target local: every Triton and llvmlite kernel for this GPU, its
 #              Triton builds written to the one cache folder every later section uses

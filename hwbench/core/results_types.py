@@ -6,7 +6,7 @@ schema (``hwbench/results/schema/results-v2.json``) gives. Each class with a sch
 its own declares exactly that object's properties: required keys as the class's own, optional
 ones (``NotRequired``) in a ``total=False`` subclass, as Python 3.10 has no ``NotRequired``.
 Where the schema leaves an object open (a device, the host), a ``Described...`` subclass adds
-the keys hwbench itself writes beyond the schema. ``tests/test_typed_results.py`` checks
+the keys hwbench itself writes beyond the schema. ``tests/core/test_typed_results.py`` checks
 every class against the schema and against a real run's document.
 
 A figure (``float | None``) is a measured or derived number, never negative, None when not

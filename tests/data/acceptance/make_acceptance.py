@@ -1,4 +1,4 @@
-"""Regenerate the frozen inputs of tests/test_check.py: one H100 node that passes, fails, or misses checks.
+"""Regenerate the frozen inputs of tests/decide/test_check.py: one H100 node that passes, fails, or misses checks.
 
     .venv/bin/python tests/data/acceptance/make_acceptance.py
 

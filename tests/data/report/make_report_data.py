@@ -1,4 +1,4 @@
-"""Regenerate the frozen inputs of tests/test_report.py from the committed reference run.
+"""Regenerate the frozen inputs of tests/report/test_report.py from the committed reference run.
 
     .venv/bin/python tests/data/report/make_report_data.py
 
