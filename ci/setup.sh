@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up hwbench on a fresh Debian/Ubuntu machine: system packages, a virtual environment
 # in .venv, torch (CPU build where the machine provides one) and hwbench with its extras.
+#   HWBENCH_VENV=DIR     the virtual environment's folder (default .venv)
 #   HWBENCH_TORCH=none   skip torch (attention then compares against a NumPy baseline)
 #   HWBENCH_EXTRAS=...   extras to install (default: cpu,test,opencl,gpu-compile; intel-opencl, clblast and mpi
 #                        are tried after them)
@@ -35,8 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+VENV=${HWBENCH_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 
 if [ "${HWBENCH_TORCH:-2.13.0}" != none ]; then
   # First and pinned: this exact version is the CPU build where the machine provides one;
@@ -54,4 +56,4 @@ if [ -z "${HWBENCH_EXTRAS:-}" ]; then
   # mpi4py builds against the system MPI; without it the AllReduce mpi cases are skipped, saying why.
   "${PIP[@]}" -e ".[mpi]" || echo "setup: mpi4py did not build; AllReduce mpi cases will be skipped" >&2
 fi
-echo "setup: done ($(.venv/bin/hwbench --version))" >&2
+echo "setup: done in $VENV ($("$VENV/bin/hwbench" --version))" >&2

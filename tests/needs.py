@@ -9,10 +9,13 @@ marker of its own. The markers (registered in ``pyproject.toml``):
 - ``gpu``: GPU code checked on the CPU (cross-compiled kernels, the GPU check script, fakes of
   the device properties); no GPU is needed, but the compilers are slow;
 - ``opencl``: runs on OpenCL devices (PoCL, Intel's CPU runtime), whose compilers are slow;
+- ``serial``: measures time or noise (a budget kept, a gate's verdict on repeated timings), so it
+  runs alone, never beside other tests;
 - ``slow``: anything else that takes seconds (whole runs, tuning, ISA levels, large arrays).
 
-``bash ci/test.sh --fast`` runs ``-m "not slow and not cluster and not gpu and not opencl"``:
-the edit-test loop; the full suite runs everything.
+``bash ci/test.sh --fast`` runs ``-m "not slow and not cluster and not gpu and not opencl and not
+serial"``: the edit-test loop. The full suite runs everything: the cluster and serial tests one at a
+time, the rest two at a time (pytest-xdist).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "test_report_browser": ("slow",),
     "test_burn": ("slow",),
     "test_trust_burn_check": ("slow",),
-    "test_pytest_plugin": ("slow",),
+    "test_pytest_plugin": ("slow", "serial"),
     "test_worker": ("slow",),
     "test_extending": ("slow", "opencl"),
 }
@@ -63,14 +66,15 @@ TESTS: dict[str, tuple[str, ...]] = {
     "test_stream::test_hwbench_run_kernel_stream_end_to_end": ("slow",),
     "test_cpu_backend::test_flush_touches_a_buffer_larger_than_the_cache": ("slow",),
     "test_trust_outputs::test_a_run_with_allreduce_prints_clean_nccl_tests_stdout": ("cluster",),
-    "test_trust_outputs::test_unchanged_code_passes_a_gate_on_the_mean": ("slow",),
-    "test_trust_outputs::test_a_gate_within_the_noise_of_few_rounds_warns": ("slow",),
+    "test_trust_outputs::test_unchanged_code_passes_a_gate_on_the_mean": ("slow", "serial"),
+    "test_trust_outputs::test_a_gate_within_the_noise_of_few_rounds_warns": ("slow", "serial"),
+    "test_tune::test_the_budget_is_kept": ("serial",),
     "test_trust_results_files::test_the_loader_and_the_version_1_schema_agree": ("slow",),
     "test_results_validity::test_validator_agrees_with_jsonschema": ("slow",),
     "test_cli_safety::test_probe_and_compile_take_out_dash_for_stdout": ("slow",),
 }
 
-MARKERS = ("cluster", "gpu", "opencl", "slow")
+MARKERS = ("cluster", "gpu", "opencl", "serial", "slow")
 
 
 def markers_of(module: str, name: str) -> tuple[str, ...]:
