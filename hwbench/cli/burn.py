@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench burn``."""
     what = parser.add_argument_group("what to burn")
     what.add_argument(
-        "--backend", default=None, help="comma list of backends (default: cuda,rocm where a GPU is found, else cpu)"
+        "--backend",
+        default=None,
+        help="comma list of backends (default: the GPU backends where one finds a GPU, else the CPU)",
     )
     what.add_argument(
         "--device", action="append", default=[], metavar="BACKEND:INDEX", help="burn only this device (repeatable)"
