@@ -21,6 +21,7 @@ one cleared before the timed calls).
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,6 +57,23 @@ BUSY_CYCLES = 200_000
 MIN_BUSY_S, MAX_BUSY_S = 20e-6, 0.05
 #: Timings of one call at most, while the spin ahead of it is lengthened.
 BUSY_TRIES = 4
+#: The oldest Triton the Triton kernels are written for (``kernels/triton_compat.py``; the extras ask
+#: for it), and the distributions its module comes in (PyPI's, torch's nightlies', ROCm's).
+TRITON_OLDEST = (3, 6)
+TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
+
+
+def triton_too_old(extra: str) -> str:
+    """Why the installed Triton cannot run hwbench's Triton kernels (empty where it can or says no version)."""
+    version = next((v for v in map(package_version, TRITON_DISTRIBUTIONS) if v), "")
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None or (int(found.group(1)), int(found.group(2))) >= TRITON_OLDEST:
+        return ""
+    oldest = ".".join(map(str, TRITON_OLDEST))
+    return (
+        f"triton {version} is older than {oldest}, the oldest hwbench's Triton kernels run on "
+        f"(pip install 'hwbench[{extra}]')"
+    )
 
 
 def flush_bytes(extra: Mapping[str, Any]) -> int:
@@ -194,7 +212,8 @@ class TorchGPUBackend(Backend):
             return Availability(
                 True, f"triton is not installed: Triton kernels are skipped (pip install 'hwbench[{self.name}]')"
             )
-        return Availability(True)
+        old = triton_too_old(self.name)
+        return Availability(True, f"{old}: Triton kernels are skipped" if old else "")
 
     def devices(self) -> list[DeviceInfo]:
         import torch
@@ -285,6 +304,8 @@ class TorchGPUBackend(Backend):
     def supports(self, impl: Implementation, dtype: str, device: DeviceInfo) -> Availability:
         if impl.language == "triton" and not present("triton"):
             return Availability(False, f"triton is not installed (pip install 'hwbench[{self.name}]')")
+        if impl.language == "triton" and (old := triton_too_old(self.name)):
+            return Availability(False, old)
         if impl.language == "llvmlite":
             if not present("llvmlite"):
                 return Availability(False, "llvmlite is not installed (pip install 'hwbench[cpu]')")

@@ -35,7 +35,7 @@
 # Offline install: the checkout is copied to $HWBENCH_GPU_CHECK_CACHE/src and installed with
 #   pip install --no-index --no-deps --no-build-isolation --target $HWBENCH_GPU_CHECK_CACHE/site
 # (setuptools, NumPy, torch and Triton come from the GPU machine's own stack; nothing else of the
-# interpreter changes), unless the interpreter already imports hwbench from this checkout. No wheel
+# interpreter changes), unless the interpreter has this checkout installed already (editable). No wheel
 # folder is needed: hwbench's only run-time dependencies are NumPy and ml_dtypes (fp8 on the host;
 # the GPU machine has both; tomli too before Python 3.11), and it
 # checks results files with its own validator (jsonschema serves the test suite alone).
@@ -84,6 +84,10 @@ PREFIX=${PREFIX:-results/gpu-check-${host%%.*}-$(date +%Y%m%d-%H%M%S)}
 CACHE=${HWBENCH_GPU_CHECK_CACHE:-results/.cache/gpu-check}
 [[ $CACHE = /* ]] || CACHE="$PWD/$CACHE"
 export PIP_NO_INDEX=1  # nothing from the network, whatever pip is asked
+# Every step runs in the checkout's root, whose hwbench/ folder (no kernels or backends in it) would
+# come first on sys.path for -m, -c and stdin and hide the hwbench installed below: Python 3.11 and
+# newer leave the current folder off sys.path with this set (older ones are refused after the install).
+export PYTHONSAFEPATH=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$CACHE/triton}
 export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$CACHE/cuda}
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$CACHE/cupy}
@@ -128,9 +132,13 @@ find_python() {  # any|cuda: the first interpreter there is (any), or whose torc
   return 1
 }
 
-copies_checkout() {  # whether $PY imports hwbench from this checkout
-  "$PY" -c 'import os, sys, hwbench; sys.exit(os.path.realpath(os.path.dirname(hwbench.__file__)) != os.path.realpath("hwbench"))' \
-    2>/dev/null
+copies_checkout() {  # whether $PY has this checkout installed (editable), not only its folder in the current one
+  "$PY" -c 'import sys; sys.path[:] = [p for p in sys.path if p not in ("", ".")]; import os, hwbench, hwbench.kernels
+sys.exit(os.path.realpath(os.path.dirname(hwbench.__file__)) != os.path.realpath("hwbench"))' 2>/dev/null
+}
+
+imports_installed() {  # whether the steps' "$PY -m hwbench", run here, gets all of the hwbench installed
+  "$PY" -c 'import hwbench.kernels, hwbench.backends' 2>/dev/null
 }
 
 scale() {  # the factor a section's budget takes: the number of GPUs for those that run cases
@@ -210,7 +218,7 @@ fi
 NGPU=1  # the install counts once
 begin install "$started"
 if copies_checkout; then
-  [ "$DRY" = 1 ] && echo "  note: $PY imports hwbench from this checkout: nothing to install"
+  [ "$DRY" = 1 ] && echo "  note: $PY has this checkout installed (editable): nothing to install"
 else
   if [ "$DRY" = 1 ]; then
     echo "  note: ${SOURCES[*]} copied to $CACHE/src"
@@ -221,6 +229,8 @@ else
     || die "installing this checkout for $PY into $CACHE/site failed (see pip's lines above)"
   export PYTHONPATH="$CACHE/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+[ "$DRY" = 1 ] || imports_installed \
+  || die "$PY imports the checkout's hwbench/ folder ahead of the one installed in $CACHE/site (Python 3.11 or newer needed)"
 { read -r KERNELS; read -r GEMM_DTYPES; } < <(capabilities; echo; echo) || true
 [ -n "$KERNELS" ] || say "hwbench's kernels could not be listed with $PY: every section is tried"
 if [ "${DEVICES[0]}" = all ]; then
