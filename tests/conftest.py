@@ -27,10 +27,10 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture
 def faulty_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Environment in which the test-only 'faulty' backend (tests/fakes/faulty_backend.py) is registered."""
+    """Environment in which the test-only 'faulty' backend (tests/fakes/backend.py: faulty) is registered."""
     from hwbench.core.registry import get_backend
 
-    monkeypatch.setenv("HWBENCH_BACKENDS", "faulty=fakes.faulty_backend:FaultyBackend")
+    monkeypatch.setenv("HWBENCH_BACKENDS", "faulty=fakes.backend:faulty")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(TESTS))
     get_backend.cache_clear()

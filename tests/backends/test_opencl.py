@@ -222,7 +222,7 @@ def test_device_selection_host_overhead_and_schema(tmp_path) -> None:
 def test_a_driver_crash_is_a_record_and_the_run_goes_on(tmp_path) -> None:
     env = dict(
         os.environ,
-        HWBENCH_BACKENDS="opencl_faulty=fakes.opencl_faulty_backend:FaultyOpenCL",
+        HWBENCH_BACKENDS="opencl_faulty=fakes.backend:FaultyOpenCL",
         PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     )
     out = tmp_path / "r.json"

@@ -21,7 +21,7 @@ def test_list_prints_a_hostile_device_name_escaped(
 ) -> None:
     from hwbench.core.registry import get_backend
 
-    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.cheating_backend:CheatingBackend")
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.backend:cheat")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("HWBENCH_CHEAT_DEVICE", "GPU\x1b[2J\x1b[31mred\rover")
     get_backend.cache_clear()
@@ -118,7 +118,7 @@ def test_run_warnings_go_to_stderr(
 ) -> None:
     from hwbench.core.registry import get_backend
 
-    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.cheating_backend:CheatingBackend")
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.backend:cheat")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("HWBENCH_CHEAT_PEAK", "nan")  # the derived metrics warn that the peak was dropped
     get_backend.cache_clear()

@@ -1,5 +1,5 @@
 """Figures hwbench stands behind: outputs re-checked after timing, nothing above the device's
-peak, times that are times, and derivation that never loses a run (tests/fakes/cheating_backend.py)."""
+peak, times that are times, and derivation that never loses a run (tests/fakes/backend.py: cheat)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def cheat(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """The 'cheat' backend registered; set HWBENCH_CHEAT_TIMER / HWBENCH_CHEAT_PEAK on the result."""
     from hwbench.core.registry import get_backend
 
-    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.cheating_backend:CheatingBackend")
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.backend:cheat")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.delenv("HWBENCH_CHEAT_TIMER", raising=False)

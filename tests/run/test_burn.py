@@ -31,7 +31,7 @@ from hwbench.run.burn_series import MAX_MISMATCHES_KEPT, exact_gemm_inputs, inte
 from hwbench.sensors.base import Sample, Sensors
 
 TINY = {"M": 24, "N": 16, "K": 32}
-BURN_BACKEND = "burnfaulty=fakes.burn_faulty_backend:BurnFaultyBackend"
+BURN_BACKEND = "burnfaulty=fakes.backend:burnfaulty"
 
 
 @pytest.fixture

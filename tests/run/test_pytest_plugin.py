@@ -77,7 +77,7 @@ def test_wrong(hwbench_case):
 def test_a_noisy_native_measurement_warns(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import TESTS
 
-    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.cheating_backend:CheatingBackend")
+    monkeypatch.setenv("HWBENCH_BACKENDS", "cheat=fakes.backend:cheat")
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
     monkeypatch.setenv("HWBENCH_CHEAT_TIMER", "noisy")
     pytester.makepyfile(

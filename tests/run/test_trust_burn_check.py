@@ -27,7 +27,7 @@ from hwbench.results import files as results
 
 DATA = TESTS / "data" / "acceptance"
 PASS, PASS_BURN, MISSING = (DATA / n for n in ("pass.json", "pass-burn.json", "missing.json"))
-BACKENDS = "burnfaulty=fakes.burn_faulty_backend:BurnFaultyBackend,burnbad=fakes.burn_faulty_backend:BadDevicesBackend"
+BACKENDS = "burnfaulty=fakes.backend:burnfaulty,burnbad=fakes.backend:burnbad"
 TINY = ["--shape", "gemm:M=24,N=16,K=32"]
 CPU_TINY = ["--backend", "cpu", "--shape", "gemm:M=64,N=64,K=64"]
 

@@ -1,5 +1,5 @@
 """Cheats and bad inputs at the edges of a run: a third-party kernel that reuses its first answer
-(tests/fakes/reusing_backend.py, tests/fakes/cheating_backend.py), a third-party backend that hangs while
+(the reuse and cheat configurations of tests/fakes/backend.py), a third-party backend that hangs while
 imported, a seed NumPy refuses, a backend registered without a name, the count an interrupted
 run gives."""
 
@@ -58,7 +58,7 @@ def test_a_kernel_reusing_its_first_answer_in_its_one_output_array_fails_parity(
 ) -> None:
     """The backend cannot clear its output; the pipeline fills the array result() hands back
     (NaN for floats, the smallest int32 for int8's output) and the re-check catches the reuse."""
-    plugins.setenv(ENV_BACKENDS, "reuse=fakes.reusing_backend:ReusingBackend")
+    plugins.setenv(ENV_BACKENDS, "reuse=fakes.backend:reuse")
     code, records, _ = _run(tmp_path, "reuse", "--impl", "reuses,honest", "--dtype", "fp32,int8")
     assert code == 1
     for dtype, fill in (("fp32", "NaN"), ("int8", "-2147483648")):
@@ -76,7 +76,7 @@ def test_a_copy_per_call_that_cannot_be_cleared_is_ok_with_a_warning_show_repeat
 ) -> None:
     """A kernel reusing its first answer behind result()'s fresh copy (or a read-only array) cannot
     be caught: its record stays ok but says its timed calls were not verified, and show says so."""
-    plugins.setenv(ENV_BACKENDS, "reuse=fakes.reusing_backend:ReusingBackend")
+    plugins.setenv(ENV_BACKENDS, "reuse=fakes.backend:reuse")
     code, records, out = _run(tmp_path, "reuse", "--impl", "copies,frozen,fresh")
     assert code == 0
     for impl, why in (("copies", "returns a new copy on each call"), ("frozen", "the same array before and after")):
@@ -98,7 +98,7 @@ def test_a_copy_per_call_that_cannot_be_cleared_is_ok_with_a_warning_show_repeat
 def test_the_cheating_backends_stale_output_is_flagged_not_verified(
     plugins: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    plugins.setenv(ENV_BACKENDS, "cheat=fakes.cheating_backend:CheatingBackend")
+    plugins.setenv(ENV_BACKENDS, "cheat=fakes.backend:cheat")
     code, records, _ = _run(tmp_path, "cheat", "--impl", "honest,stale")
     assert code == 0
     assert records[("stale", "fp32")]["status"] == "ok" and _unverified(records[("stale", "fp32")])

@@ -38,7 +38,7 @@ def faulty_doc() -> dict:
     from hwbench.core.registry import get_backend
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HWBENCH_BACKENDS", "faulty=fakes.faulty_backend:FaultyBackend")
+        patch.setenv("HWBENCH_BACKENDS", "faulty=fakes.backend:faulty")
         patch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
         patch.syspath_prepend(str(Path(__file__).parents[1]))
         get_backend.cache_clear()

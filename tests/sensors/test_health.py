@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import hwbench_cmd
-from fakes.fake_pynvml_health import LIBRARY_NOT_FOUND, FakeGpu, FakeNVML
+from fakes.nvml import LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
 from hwbench.results.files import validate
 from hwbench.results.tables import summary
@@ -24,6 +24,13 @@ from hwbench.sensors.health_nvml import reason_names
 
 CPU = ("cpu", 0, {"kind": "cpu", "name": "Test CPU", "vendor": "Intel", "extra": {}})
 H100 = {"kind": "gpu", "vendor": "NVIDIA", "name": "NVIDIA H100 80GB HBM3"}
+
+
+def FakeNVML(gpus: list[FakeGpu], init_error: int | None = None) -> FakeNvml:  # noqa: N802 - stands for the module
+    """The fake NVML answering names as bytes, as older nvidia-ml-py releases do."""
+    return FakeNvml(gpus, init_error=init_error, byte_names=True)
+
+
 INTERRUPTS = """\
            CPU0       CPU1
   0:         30          0   IO-APIC    2-edge      timer

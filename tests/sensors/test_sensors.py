@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.fake_nvml import FakeGpu, FakeNvml, NVMLError, device
+from fakes.nvml import FakeGpu, FakeNvml, NVMLError, device
 
 from hwbench.sensors import open_sensors
 from hwbench.sensors.amd import open_amdsmi
