@@ -110,7 +110,10 @@ def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[st
 
 def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
     backend = _choose_backend(args.backend, DESCRIBE_TIMEOUT_S)
-    doc["backends"] = [{k: backend.get(k) for k in ("name", "available", "reason", "devices", "environment")}]
+    kept = ("name", "available", "reason", "devices", "environment")
+    doc["backends"] = [
+        {**{k: backend.get(k) for k in kept}, **({"kind": backend["kind"]} if "kind" in backend else {})}
+    ]
     request, device = _request(args, backend)
     if not backend["available"] or device is None or request["impl"] == "*":
         why = (

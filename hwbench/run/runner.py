@@ -399,7 +399,8 @@ def execute(
             worker, plan.backends, max(plan.timeout_s, PROBE_TIMEOUT_S), min(plan.timeout_s, PLUGIN_PROBE_S)
         )
         doc["backends"] = [
-            {k: b.get(k) for k in ("name", "available", "reason", "devices", "environment") if k in b} for b in backends
+            {k: b.get(k) for k in ("name", "kind", "available", "reason", "devices", "environment") if k in b}
+            for b in backends
         ]
         check_impl_names(plan, backends)
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
