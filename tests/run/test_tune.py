@@ -30,6 +30,8 @@ from hwbench.run.case import CaseRequest, CaseRunner
 from hwbench.run.tune import tune_cases
 
 TESTS = Path(__file__).resolve().parents[1]
+#: This module's folder: the fakes below register from it (``tunefake=test_tune:TunableFake``).
+HERE = Path(__file__).resolve().parent
 SHAPE = {"M": 24, "N": 20, "K": 16}
 #: The fake space: the first is the derived configuration; ``wrong`` is the fastest and wrong.
 SPACE = [
@@ -104,7 +106,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The fake backend registered and hwbench's cache folder in ``tmp_path``."""
     monkeypatch.setenv("HWBENCH_BACKENDS", "tunefake=test_tune:TunableFake")
     monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(TESTS))
     get_backend.cache_clear()
     yield tmp_path

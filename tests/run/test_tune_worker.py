@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_tune import TESTS, TunableFake, _Sleeping
+from test_tune import HERE, TESTS, TunableFake, _Sleeping
 
 from hwbench.core.registry import get_backend
 from hwbench.run.case import CaseRequest
@@ -68,7 +68,7 @@ def crashing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
     monkeypatch.setenv("HWBENCH_BACKENDS", "tunecrash=test_tune_worker:CrashingFake")
     monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TUNEFAKE_SPACE", json.dumps(SPACE))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(TESTS))
     get_backend.cache_clear()
     yield dict(os.environ)
