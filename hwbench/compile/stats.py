@@ -258,6 +258,7 @@ def llvm_record(arch: str, kernel: str, dtype: str) -> dict[str, Any]:
         binary = target.lower(source.build(target, dtype, config), source.KERNEL)
         key = "ptx" if arch.startswith("sm_") else "amdgcn"
         record.update(_stats({key: binary.assembly}, arch, prefer_triton=False))
+        record["data_path"] = llvm_data_path(binary.assembly, arch, config)
         record["compile_s"] = time.perf_counter() - t0
     except Exception as exc:
         record.update(status="compile_error", reason=_one_line(exc), compile_s=time.perf_counter() - t0)
@@ -284,3 +285,162 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
             + (f"  {r['reason'][:100]}" if r["reason"] else f"  {forms}" if forms else "")
         )
     return lines
+
+
+#: One SASS instruction: its address, optional predicate, opcode with modifiers, operands.
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\b([^;]*);")
+_AMD_BRANCH = re.compile(r"^\s*s_(?:cbranch_\w+|branch)\s+(\.\w+)")
+_AMD_LABEL = re.compile(r"^(\.\w+):")
+_AMD_OP = re.compile(r"^\s*([a-z][a-z0-9_]*)\b")
+
+
+def sass_instructions(sass: str) -> list[tuple[int, str, str]]:
+    """(address, opcode with modifiers, operands) of every instruction in ``cuobjdump -sass`` text
+    that can run (not those predicated on ``!PT``, never true: ptxas's padding)."""
+    return [
+        (int(m.group(1), 16), m.group(3), m.group(4).strip())
+        for m in _SASS.finditer(sass)
+        if (m.group(2) or "").strip() != "@!PT"
+    ]
+
+
+def _innermost(loops: list[list[str]], tensor: re.Pattern[str]) -> list[str]:
+    """Of the loops (each its opcodes, in code order), the one with the most tensor-core
+    instructions, the first on a tie (compilers lay the likely path out first)."""
+    if not loops:
+        return []
+    return max(loops, key=lambda ops: sum(1 for op in ops if tensor.match(op)))
+
+
+def sass_main_loop(sass: str) -> list[str]:
+    """The opcodes of the main loop: of the spans from a backward branch's target to the branch,
+    the one with the most ``HMMA`` (the first where several have as many)."""
+    code = sass_instructions(sass)
+    loops = []
+    for addr, op, operands in code:
+        target = re.match(r"(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", operands)
+        if op.startswith("BRA") and target and target.group(1) and int(target.group(1), 16) <= addr:
+            start = int(target.group(1), 16)
+            loops.append([o for a, o, _ in code if start <= a <= addr])
+    return _innermost(loops, re.compile(r"HMMA|HGMMA"))
+
+
+def _sass_width(op: str) -> int:
+    mods = op.split(".")[1:]
+    for mod, width in (("128", 128), ("64", 64), ("U16", 16), ("S16", 16), ("U8", 8), ("S8", 8)):
+        if mod in mods:
+            return width
+    return 32
+
+
+def sass_counts(ops: list[str]) -> dict[str, Any]:
+    """What a span of SASS opcodes moves and computes: global loads, shared stores and loads by
+    width in bits, asynchronous copies (``LDGSTS``), ``LDSM`` fragments, tensor-core instructions,
+    barriers and local-memory (spill) loads and stores."""
+    out: dict[str, Any] = {"global_loads": {}, "shared_stores": {}, "shared_loads": {}}
+    for key, kind in (("LDG", "global_loads"), ("STS", "shared_stores"), ("LDS", "shared_loads")):
+        for op in ops:
+            if op.split(".")[0] == key:
+                width = str(_sass_width(op))
+                out[kind][width] = out[kind].get(width, 0) + 1
+    first = [op.split(".")[0] for op in ops]
+    out.update(
+        async_copies=first.count("LDGSTS"),
+        fragment_loads=first.count("LDSM"),
+        tensor_ops=sum(first.count(op) for op in ("HMMA", "HGMMA")),
+        barriers=sum(1 for op in ops if op.startswith("BAR.SYNC") or op == "BAR"),
+        spill_traffic=first.count("LDL") + first.count("STL"),
+    )
+    return out
+
+
+def amdgcn_main_loop(assembly: str) -> list[str]:
+    """The mnemonics of the main loop of AMDGCN assembly: of the spans from a label to a later
+    branch back to it, the one with the most ``v_mfma`` (the first where several have as many)."""
+    lines = assembly.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _AMD_LABEL.match(line))}
+    loops = []
+    for i, line in enumerate(lines):
+        found = _AMD_BRANCH.match(line)
+        if found and labels.get(found.group(1), i + 1) < i:
+            span = lines[labels[found.group(1)] : i + 1]
+            loops.append([m.group(1) for text in span if (m := _AMD_OP.match(text))])
+    return _innermost(loops, re.compile(r"v_mfma_"))
+
+
+_AMD_WIDTH = {"ubyte": 8, "sbyte": 8, "ushort": 16, "sshort": 16, "short": 16, "u8": 8, "i8": 8, "u16": 16}
+_AMD_WIDTH.update({"i16": 16, "b16": 16, "b8": 8, "dword": 32, "b32": 32, "dwordx2": 64, "b64": 64})
+_AMD_WIDTH.update({"dwordx3": 96, "b96": 96, "dwordx4": 128, "b128": 128})
+
+
+def _amd_width(op: str) -> str:
+    parts = op.split("_")
+    widths = [_AMD_WIDTH[p] for p in parts[2:] if p in _AMD_WIDTH]
+    width = str(widths[0] if widths else 32)
+    return f"2x{width}" if op.startswith(("ds_write2", "ds_read2")) else width
+
+
+def amdgcn_counts(ops: list[str]) -> dict[str, Any]:
+    """:func:`sass_counts` for AMDGCN mnemonics: ``global_load``/``buffer_load`` by width, LDS
+    stores (``ds_write``) and loads (``ds_read``) by width, ``ds_read_b128`` as fragment loads,
+    LDS-direct loads as asynchronous copies, ``v_mfma`` and ``s_barrier``."""
+    out: dict[str, Any] = {"global_loads": {}, "shared_stores": {}, "shared_loads": {}}
+    for prefix, kind in (("global_load", "global_loads"), ("buffer_load", "global_loads")):
+        for op in (op for op in ops if op.startswith(prefix) and "lds" not in op):
+            out[kind][_amd_width(op)] = out[kind].get(_amd_width(op), 0) + 1
+    for prefix, kind in (("ds_write", "shared_stores"), ("ds_store", "shared_stores")):
+        for op in (op for op in ops if op.startswith(prefix)):
+            out[kind][_amd_width(op)] = out[kind].get(_amd_width(op), 0) + 1
+    for op in (op for op in ops if op.startswith(("ds_read", "ds_load"))):
+        out["shared_loads"][_amd_width(op)] = out["shared_loads"].get(_amd_width(op), 0) + 1
+    out.update(
+        async_copies=sum(1 for op in ops if op.startswith(("global_load", "buffer_load")) and "lds" in op),
+        fragment_loads=sum(1 for op in ops if op in ("ds_read_b128", "ds_load_b128")),
+        tensor_ops=sum(1 for op in ops if op.startswith("v_mfma")),
+        barriers=ops.count("s_barrier"),
+        spill_traffic=sum(1 for op in ops if op.startswith("scratch_")),
+    )
+    return out
+
+
+def find_cuobjdump(ptxas: str) -> str | None:
+    """``cuobjdump``: beside ``ptxas`` (Triton's wheel ships both), else on PATH."""
+    beside = Path(ptxas).parent / "cuobjdump"
+    return str(beside) if beside.is_file() else shutil.which("cuobjdump")
+
+
+def data_path(code: str, vendor: str, tensor_per_k_tile: int | None = None) -> dict[str, Any]:
+    """The main loop's data path (:func:`sass_counts` of ``cuobjdump -sass`` text, or
+    :func:`amdgcn_counts` of AMDGCN assembly): with ``tensor_per_k_tile`` (the tensor-core
+    instructions one K tile issues), also the K tiles one trip of the loop covers and its
+    barriers per K tile."""
+    if vendor == "nvidia":
+        counts = sass_counts(sass_main_loop(code))
+    else:
+        counts = amdgcn_counts(amdgcn_main_loop(code))
+    counts["scope"] = "main loop"
+    tiles = counts["tensor_ops"] // tensor_per_k_tile if tensor_per_k_tile else 0
+    counts["k_tiles"] = tiles or None
+    counts["barriers_per_k_tile"] = counts["barriers"] / tiles if tiles else None
+    return counts
+
+
+def llvm_data_path(assembly: str, arch: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """:func:`data_path` of an llvmlite kernel's PTX (assembled, then ``cuobjdump -sass``) or
+    AMDGCN assembly; per K tile for the mma form (``FM x FN`` instructions per 16 K); None
+    where no ``cuobjdump`` is found."""
+    per_tile = config["FM"] * config["FN"] * config["TK"] // 16 if config.get("MMA") else None
+    if not arch.startswith("sm_"):
+        return data_path(assembly, "amd", per_tile)
+    ptxas = find_ptxas(True, arch)  # Triton's wheel ships cuobjdump beside its ptxas
+    cuobjdump = find_cuobjdump(ptxas) if ptxas else None
+    if ptxas is None or cuobjdump is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="hwbench-sass-") as tmp:
+        Path(tmp, "k.ptx").write_text(assembly)
+        cubin = str(Path(tmp, "k.cubin"))
+        subprocess.run(
+            [ptxas, f"-arch={arch}", str(Path(tmp, "k.ptx")), "-o", cubin], check=True, timeout=_PTXAS_TIMEOUT_S
+        )
+        sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    return data_path(sass, "nvidia", per_tile)

@@ -130,6 +130,18 @@ def test_sm90_bf16_gemm_compiles_pipelined_without_spills(compiled: dict, varian
     assert cfg["shape"] == {"M": 4096, "N": 4096, "K": 4096}
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_llvm_mma_gemm_records_carry_its_data_path(compiled: dict, target: str) -> None:
+    (r,) = [r for r in compiled["compile"] if (r["target"], r["impl"], r["variant"]) == (target, "llvm", "gemm_bf16")]
+    path = r["data_path"]
+    assert path["scope"] == "main loop" and path["barriers_per_k_tile"] == 1 and path["tensor_ops"] > 0, path
+    assert path["spill_traffic"] == 0 and path["fragment_loads"] > 0, path  # ldmatrix / ds_read_b128
+    if target.startswith("sm_"):  # cp.async only: no global load into registers at all
+        assert path["async_copies"] > 0 and path["global_loads"] == {} and r["registers"] <= 128, (path, r)
+    else:  # global_load_dwordx4 only
+        assert set(path["global_loads"]) == {"128"} and set(path["shared_loads"]) == {"128"}, path
+
+
 def test_summary_is_printed(compiled: dict) -> None:
     assert "wrote " in compiled["_stdout"] and "gemm_bf16" in compiled["_stdout"]
 

@@ -66,7 +66,10 @@ def test_the_device_configuration_takes_the_instruction_where_the_target_has_it(
         {"M": 300, "N": 200, "K": 64}, "bf16", target_for("sm_90"), simt.config_for(target_for("sm_90"), "bf16")
     )
     assert launch.local == (32, 8) and launch.grid == (2, 3) and launch.config["block"] == "128x128"
-    assert launch.config["instruction"] == "mma.m16n8k16.bf16" and launch.config["shared_bytes"] == 20480
+    # two stages of A (128 x 32) and B (32 x 128), bf16, unpadded (the layouts are swizzled)
+    assert launch.config["instruction"] == "mma.m16n8k16.bf16" and launch.config["shared_bytes"] == 2 * 2 * 128 * 32 * 2
+    with pytest.raises(ValueError, match="ST at least 2"):
+        simt_mma.check_config({**simt.config_for(target_for("sm_90"), "bf16"), "ST": 1}, nvptx_mma("bf16", "sm_90"))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -78,8 +81,9 @@ def test_ptx_issues_mma_and_assembles_without_spills(arch: str, dtype: str, tmp_
     cfg = simt.config_for(target, dtype)
     binary = target.lower(simt.build(target, dtype, cfg), "gemm")
     form = f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype.replace('fp', 'f')}.{dtype.replace('fp', 'f')}.f32"
-    # FM x FN instructions per 16 steps of a K tile, in the interior loop, its last tile and edge blocks
-    assert binary.assembly.count(form) == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 3
+    # FM x FN instructions per 16 steps of a K tile, in each of the two pipelines (16-byte copies, element copies)
+    assert binary.assembly.count(form) == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 2
+    assert "cp.async.cg.shared.global" in binary.assembly and "ldmatrix.sync.aligned.m8n8.x4.trans" in binary.assembly
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("ptxas is not installed (CUDA toolkit)")
@@ -103,9 +107,148 @@ def test_amdgcn_issues_mfma_without_spills(arch: str) -> None:
         binary = target.lower(simt.build(target, "bf16", cfg), "gemm")
     except (FileNotFoundError, ImportError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"no linker for AMDGCN code objects here: {exc}")
-    assert tensor_core_counts(binary.assembly)["mfma"] == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 3
+    assert tensor_core_counts(binary.assembly)["mfma"] == cfg["FM"] * cfg["FN"] * (cfg["TK"] // 16) * 2
     assert re.search(r"v_mfma_f32_16x16x16_?bf16", binary.assembly)
     assert amdgcn_stats(binary.assembly)["spilled"] is False
+
+
+def _sass_tools() -> tuple[str, str]:
+    from hwbench.compile.stats import find_cuobjdump, find_ptxas
+
+    ptxas = find_ptxas(True, "sm_90")
+    cuobjdump = find_cuobjdump(ptxas) if ptxas else None
+    if ptxas is None or cuobjdump is None:
+        pytest.skip("no ptxas with a cuobjdump beside it (Triton's wheel ships both)")
+    return ptxas, cuobjdump
+
+
+#: Not yet: under the 128-register cap these spill a little with Triton's ptxas (sm_90 fp16 4 bytes,
+#: sm_80 bf16 16 stored / 36 loaded); strict, so the day they stop spilling says so.
+_SPILLS = pytest.mark.xfail(strict=True, reason="spills under the 128-register cap with Triton's ptxas")
+
+
+@pytest.mark.parametrize(
+    ("arch", "dtype"),
+    [("sm_90", "bf16"), pytest.param("sm_90", "fp16", marks=_SPILLS), pytest.param("sm_80", "bf16", marks=_SPILLS)],
+)
+def test_the_nvptx_main_loop_moves_16_byte_pieces_asynchronously_within_128_registers(arch: str, dtype: str) -> None:
+    from hwbench.compile.stats import llvm_data_path, ptxas_stats
+    from hwbench.kernels.llvmir.gpu import target_for
+
+    ptxas, _ = _sass_tools()
+    target = target_for(arch)
+    cfg = simt.config_for(target, dtype)
+    ptx = target.lower(simt.build(target, dtype, cfg), "gemm").assembly
+    stats, path = ptxas_stats(ptx, ptxas), llvm_data_path(ptx, arch, cfg)
+    assert path is not None
+    steps = cfg["TK"] // 16
+    # 128 x 32 of A and 32 x 128 of B in 16-byte pieces over 256 threads: 4 LDGSTS, no LDG at all
+    assert path["async_copies"] == (128 * 32 + 32 * 128) // 8 // 256 and path["global_loads"] == {}, path
+    # ldmatrix.x4 per row tile, ldmatrix.x4.trans per two column tiles, per 16 K; no other shared loads
+    assert path["fragment_loads"] == (cfg["FM"] + cfg["FN"] // 2) * steps and path["shared_loads"] == {}, path
+    assert path["tensor_ops"] == cfg["FM"] * cfg["FN"] * steps and path["barriers_per_k_tile"] == 1, path
+    assert path["shared_stores"] == {} and path["spill_traffic"] == 0, path
+    assert stats["registers"] <= simt_mma.MAX_REGISTERS and stats["spilled"] is False, stats
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
+def test_the_amdgcn_main_loop_moves_dwordx4_and_reads_fragments_by_ds_read_b128(arch: str) -> None:
+    from hwbench.compile.stats import amdgcn_stats, llvm_data_path
+    from hwbench.kernels.llvmir.gpu import target_for
+
+    target = target_for(arch)
+    cfg = simt.config_for(target, "bf16")
+    try:
+        assembly = target.lower(simt.build(target, "bf16", cfg), "gemm").assembly
+    except (FileNotFoundError, ImportError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no linker for AMDGCN code objects here: {exc}")
+    path = llvm_data_path(assembly, arch, cfg)
+    assert path is not None
+    # 2 pieces of A and one K pair of 2 pieces of B a thread, all global_load_dwordx4
+    assert path["global_loads"] == {"128": 4} and path["async_copies"] == 0, path
+    # every fragment (A and the transposed B alike) by ds_read_b128; 32 K per read
+    assert path["shared_loads"] == {"128": cfg["FM"] + cfg["FN"]} == {"128": path["fragment_loads"]}, path
+    # A in 16-byte stores, B as 32-bit K pairs: nothing narrower
+    assert path["shared_stores"] == {"128": 2, "32": 8}, path
+    assert path["tensor_ops"] == cfg["FM"] * cfg["FN"] * cfg["TK"] // 16 and path["barriers_per_k_tile"] == 1, path
+    assert path["spill_traffic"] == 0 and amdgcn_stats(assembly)["spilled"] is False
+
+
+def _ways(offsets: list[int], width: int) -> int:
+    """The most distinct ``width``-byte words that the accesses at byte ``offsets``, served
+    together, put on one of the 32 four-byte banks (1: no conflict)."""
+    banks: dict[int, set[int]] = {}
+    for offset in offsets:
+        for word in range(offset // 4, (offset + width) // 4):
+            banks.setdefault(word % 32, set()).add(word)
+    return max(len(words) for words in banks.values())
+
+
+def _phases(offsets: list[int], lanes: int) -> list[list[int]]:
+    return [offsets[i : i + lanes] for i in range(0, len(offsets), lanes)]
+
+
+@pytest.mark.parametrize("vendor", sorted(INSTRUCTIONS))
+def test_shared_memory_addresses_of_the_default_configuration_are_bank_conflict_free(vendor: str) -> None:
+    """From the kernel's own address expressions (:mod:`simt_mma_path`, evaluated on ints): the
+    16-byte staging stores (8 lanes a phase), ``ldmatrix`` rows (8 a matrix) or ``ds_read_b128``
+    (8 lanes a group), and the mfma path's 32-bit K-pair stores (32 lanes a pass) of every warp."""
+    from hwbench.kernels.gemm.gpu import simt_mma_path as path
+
+    inst = INSTRUCTIONS[vendor]("bf16")
+    cfg = simt_mma.default_config(inst, 1024)
+    (bm, bn), ops, threads = simt_mma.block_shape(cfg, inst), path.Ints(), simt_mma.local_size(cfg, inst)
+    tk, chunks_a = cfg["TK"], cfg["TK"] // 8
+    ldsm = simt_mma.uses_ldmatrix(inst)
+    tiles = [(bm, chunks_a), (tk, bn // 8) if ldsm else (bn, chunks_a)]
+    checks: list[tuple[list[int], int]] = []
+    for lines, chunks in tiles[: 2 if ldsm else 1]:  # the 16-byte stores (B's as K pairs on the mfma path)
+        slots = [path.swizzled(ops, *path.piece_place(ops, p, chunks), chunks) for p in range(lines * chunks)]
+        assert sorted(slots) == list(range(0, lines * chunks * 8, 8))  # every chunk once
+        checks += [(phase, 16) for phase in _phases([2 * x for x in slots], 8)]
+    if not ldsm:
+        kpairs, pairs = tk // 2, tk // 2 * bn // 8
+        stored = {}
+        for j in range(8):
+            slots = [path.pair_slot(ops, *path.pair_place(ops, p, kpairs), j, chunks_a) for p in range(pairs)]
+            checks += [(phase, 4) for phase in _phases([2 * x for x in slots], 32)]
+            for p, slot in enumerate(slots):  # where the reads (as A's) look for column n, K k
+                kpair, chunk = path.pair_place(ops, p, kpairs)
+                column, k = 8 * chunk + (j ^ (chunk % 2)), 2 * kpair
+                stored[column, k] = slot
+                assert slot == path.swizzled(ops, column, k >> 3, chunks_a) + (k & 7)
+        assert len(stored) == pairs * 8 and len(set(stored.values())) == pairs * 8
+    for warp in range(threads[1]):
+        row0, col0 = warp % cfg["WM"] * cfg["FM"] * inst.m, warp // cfg["WM"] * cfg["FN"] * inst.n
+        for kk in range(0, tk, 16 if ldsm else 32):
+            if ldsm:
+                rows = [
+                    path.ldmatrix_rows(ops, lane, row0 + i * 16, kk // 8, chunks_a)
+                    for i in range(cfg["FM"])
+                    for lane in range(32)
+                ]
+                cols = [
+                    path.ldmatrix_rows(ops, lane, kk, (col0 + j * 8) // 8, bn // 8)
+                    for j in range(0, cfg["FN"], 2)
+                    for lane in range(32)
+                ]
+            else:
+                rows = [
+                    path.mfma_a_offset(ops, lane, row0 + i * 16, kk, chunks_a, 32)
+                    for i in range(cfg["FM"])
+                    for lane in range(64)
+                ]
+                cols = [
+                    path.mfma_a_offset(ops, lane, col0 + j * 16, kk, chunks_a, 32)
+                    for j in range(cfg["FN"])
+                    for lane in range(64)
+                ]
+            checks += [(phase, 16) for phase in _phases([2 * x for x in rows + cols], 8)]
+    worst = max(_ways(offsets, width) for offsets, width in checks)
+    assert worst == 1, f"{worst}-way bank conflicts"
+    # the check sees conflicts where they are: B's rows unswizzled, as the kernel once stored them
+    plain = [2 * (line * bn + 8 * chunk) for line in range(8) for chunk in (0,)]
+    assert _ways(plain, 16) == 8
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +287,9 @@ MMA_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("mnk", [(1, 4097, 3), (257, 129, 65), (64, 96, 48)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "mnk", [(1, 4097, 3), (257, 129, 65), (64, 96, 48), (100, 40, 56)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("cfg", MMA_CONFIGS.values(), ids=MMA_CONFIGS.keys())
 @pytest.mark.parametrize("vendor", sorted(INSTRUCTIONS))
 def test_the_mma_form_with_the_instruction_emulated_matches_float64(
