@@ -25,6 +25,7 @@ from typing import Any
 
 from hwbench.cli.options import check_out, print_document
 from hwbench.core.errors import UserError
+from hwbench.core.results_types import Document
 from hwbench.core.text import MAX_RESULTS_BYTES, aligned, printable, read_regular_text
 from hwbench.decide.fleet import DEFAULT_BELOW_PCT, DEFAULT_MAD_K, MIN_SPREAD_PCT, analyze, finite_rule
 from hwbench.results import files as results
@@ -84,7 +85,7 @@ def _other_document(path: Path) -> bool:
     return isinstance(kind, str) and kind.startswith("hwbench-") and kind != results.KIND
 
 
-def _load(path: Path, runs: list[tuple[Path, dict[str, Any]]], missing: list[dict[str, str]] | None) -> None:
+def _load(path: Path, runs: list[tuple[Path, Document]], missing: list[dict[str, str]] | None) -> None:
     """Load one file into ``runs``; another hwbench document is passed over with a note, and an
     unreadable file goes to ``missing`` (UserError where that is None)."""
     try:
@@ -99,7 +100,7 @@ def _load(path: Path, runs: list[tuple[Path, dict[str, Any]]], missing: list[dic
         print(printable(f"hwbench: warning: {exc}; the node is counted as missing"), file=sys.stderr)
 
 
-def load_all(paths: list[Path], missing: list[dict[str, str]] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+def load_all(paths: list[Path], missing: list[dict[str, str]] | None = None) -> list[tuple[Path, Document]]:
     """Every results file named or in a named folder, loaded and checked.
 
     A folder's every ``*.json`` entry that is not a folder is read, links that lead nowhere
@@ -107,7 +108,7 @@ def load_all(paths: list[Path], missing: list[dict[str, str]] | None = None) -> 
     list, is appended to it (``{"file": ..., "reason": ...}``) and the others are read: a
     fleet is analysed without its unreadable nodes, which are named. UserError when no
     file at all could be read."""
-    runs: list[tuple[Path, dict[str, Any]]] = []
+    runs: list[tuple[Path, Document]] = []
     for path in paths:
         if not path.is_dir():
             _load(path, runs, missing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -72,7 +73,7 @@ def fresh_out(out: Path | None, kind: str | None = None) -> Path:
     return path
 
 
-def emit(doc: dict[str, Any], out: Path | None) -> tuple[Path | None, TextIO]:
+def emit(doc: Mapping[str, Any], out: Path | None) -> tuple[Path | None, TextIO]:
     """Write a results document where ``--out`` says: stdout for ``-``, else the file ``out``
     (the next free name if it was taken meanwhile). Returns the path written (None for stdout)
     and the stream the human-readable output then goes to (stderr when stdout holds the document)."""
@@ -101,7 +102,7 @@ def print_document(text: str, rendered: str, out: Path | None, as_json: bool, wh
     print(text if as_json else rendered)
 
 
-def save_or_rescue(doc: dict[str, Any], out: Path) -> Path:
+def save_or_rescue(doc: Mapping[str, Any], out: Path) -> Path:
     """Save ``doc`` at ``out`` (or the next free name); where that fails (a full disk, a folder
     become read-only), at :func:`hwbench.results.files.fallback_path`, said on stderr: finished work
     is never dropped. UserError only when the fallback cannot be written either."""

@@ -16,18 +16,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hwbench.cli.options import add_out, emit, fresh_out, positive_seconds, to_stdout
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.kernel import parse_shape_arg
-from hwbench.core.records import failed, new_document, new_record, now
+from hwbench.core.records import build_document, failed, new_record, now
 from hwbench.core.registry import backend_targets, get_kernel, parse_names
+from hwbench.core.results_types import BackendEntry, Document, Record
 from hwbench.probes.startup import startup_record
 from hwbench.probes.storage import IODEPTH, parse_size, run_storage
 from hwbench.results import files as results
+from hwbench.results.metrics import median_s
 from hwbench.results.tables import summary
 from hwbench.run.runner import describe_all
 from hwbench.run.worker import Worker
@@ -108,12 +110,11 @@ def _request(args: argparse.Namespace, backend: dict[str, Any]) -> tuple[dict[st
     return request, device["name"] if device else None
 
 
-def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _startup(args: argparse.Namespace, doc: Document) -> list[Record]:
     backend = _choose_backend(args.backend, DESCRIBE_TIMEOUT_S)
     kept = ("name", "available", "reason", "devices", "environment")
-    doc["backends"] = [
-        {**{k: backend.get(k) for k in kept}, **({"kind": backend["kind"]} if "kind" in backend else {})}
-    ]
+    entry = {**{k: backend.get(k) for k in kept}, **({"kind": backend["kind"]} if "kind" in backend else {})}
+    doc["backends"] = [cast(BackendEntry, entry)]  # the worker's description
     request, device = _request(args, backend)
     if not backend["available"] or device is None or request["impl"] == "*":
         why = (
@@ -142,14 +143,14 @@ def _startup(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, An
     return [startup_record(request, device, warm, args.repeat, args.timeout) for warm in (False, True)]
 
 
-def _figures(records: list[dict[str, Any]]) -> list[str]:
+def _figures(records: list[Record]) -> list[str]:
     """The probe's headline figures, which the generic table has no column for."""
     lines = []
     for r in (r for r in records if r["status"] == "ok"):
         if r["kernel"] == "storage":
             lines.append(
                 f"storage: {r['metrics']['iops']:,.0f} IOPS (4 KiB random read, queue depth {IODEPTH}), "
-                f"p50 latency {r['timing']['median_s'] * 1e6:.0f} us, in {r['config']['dir']} on {r['device']}"
+                f"p50 latency {median_s(r) * 1e6:.0f} us, in {r['config']['dir']} on {r['device']}"
             )
         elif r["kernel"] == "startup":
             phases = ", ".join(f"{k} {v:.3g} s" for k, v in r["config"]["phases_s"].items())
@@ -167,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
     out = None if to_stdout(args.out) else fresh_out(args.out, f"probe-{args.probe}")
     if out is not None:
         results.check_writable(out)
-    doc = new_document(["hwbench", *sys.argv[1:]], host=describe_host())
+    doc = build_document(["hwbench", *sys.argv[1:]], host=describe_host())
     if args.probe == "storage":
         record = run_storage(args.dir, parse_size(args.size), args.runtime)
         skipped = record["status"] == "skipped"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 from hwbench.cli.options import to_stdout
 from hwbench.decide.tco_model import load_model
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     if not to_stdout(args.out):
         results.check_new(args.out, "-o")
     model = load_model(args.tco) if args.tco is not None else None
-    runs = [(path, results.load(path)) for path in args.files]
+    runs = [(path, cast(dict[str, Any], results.load(path))) for path in args.files]  # the report reads plain dicts
     page = build(runs, title=args.title, tco=model)
     if to_stdout(args.out):
         sys.stdout.write(page)

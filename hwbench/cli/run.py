@@ -11,7 +11,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from hwbench.cli.main import EXIT_FAILED_CASES, EXIT_INTERRUPTED
 from hwbench.cli.options import add_out, add_quiet, fresh_out, positive_seconds, save_or_rescue, seed, to_stdout
@@ -24,6 +24,7 @@ from hwbench.core.errors import UserError
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import PROFILES, parse_shape_arg
 from hwbench.core.registry import backend_targets, get_kernel, kernel_targets, parse_names
+from hwbench.core.results_types import Document
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog, user_price
 from hwbench.results import files as results
@@ -332,25 +333,27 @@ def main(args: argparse.Namespace) -> int:
         return _report(doc, out, saved, stops, sys.stderr if out is None or args.json else sys.stdout)
 
 
-def _sensors(doc: dict[str, Any], worker: Worker, plan: Plan) -> None:
+def _sensors(doc: Document, worker: Worker, plan: Plan) -> None:
     """The document's ``sensors`` section (what each timed device's sensors read, or why not, said
     once), from the worker whose readers the cases used; none when energy was off or the run stopped."""
     if plan.timing.energy_s <= 0 or doc["run"]["incomplete"]:
         return
-    found = describe_sensors(worker, doc, max(plan.timeout_s, 60.0))
+    found = describe_sensors(
+        worker, cast(dict[str, Any], doc), max(plan.timeout_s, 60.0)
+    )  # the worker reads it as JSON
     if isinstance(found, str):
         doc["warnings"].append(found)
     elif found:
         doc["sensors"] = found
 
 
-def _derive(doc: dict[str, Any], catalog: Catalog) -> None:
+def _derive(doc: Document, catalog: Catalog) -> None:
     """The derived metrics, then the roofs the run measured and each record's share of them."""
     add_metrics(doc, catalog)
     add_achievable(doc)
 
 
-def _report(doc: dict[str, Any], out: Path | None, saved: Path | None, stops: StopSignals, stream: TextIO) -> int:
+def _report(doc: Document, out: Path | None, saved: Path | None, stops: StopSignals, stream: TextIO) -> int:
     """Print the table (on ``stream``), the warnings (on stderr) and the file's name; the exit status."""
     for warning in doc.get("warnings", []):
         print(printable(f"hwbench: warning: {warning}"), file=sys.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from hwbench.collective.debris import sweep_stale
 from hwbench.collective.dispatch import GPU_BACKENDS, support
@@ -25,13 +25,14 @@ from hwbench.collective.topology import World, describe_rank, joined_rank
 from hwbench.core.backend import WallTimer
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.registry import get_backend, get_kernel, implementations
+from hwbench.core.results_types import Record
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.runner import fill_coordinates
 
 DEFAULT_DTYPE = "fp32"
 #: On GPUs a profile's sweep goes on by factors of 4 until its largest message is at least this.
 GPU_SWEEP_MIN_BYTES = 256 * 2**20
-Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
+Progress = Callable[[int, int, Record | None, CaseRequest | None], None]
 
 
 def expand(cases: list[CaseRequest]) -> list[CaseRequest]:
@@ -216,9 +217,7 @@ def _run_joined(
     return records, False, [p for p in participants if p is not None]
 
 
-def _default_dtypes(
-    cases: list[CaseRequest], asked: list[str] | None
-) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
+def _default_dtypes(cases: list[CaseRequest], asked: list[str] | None) -> tuple[list[CaseRequest], list[Record]]:
     """Without ``--dtype`` the sweep runs fp32 only; one skipped record says how to get the others."""
     if asked:
         return cases, []
@@ -242,7 +241,7 @@ def run_collective(
     timeout_s: float,
     progress: Progress | None = None,
     dtypes: list[str] | None = None,
-) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
+) -> tuple[list[Record], bool, dict[str, Any]]:
     """Records of every AllReduce case (both in-place variants), whether interrupted, and run facts.
 
     What killed runs left behind (launch folders, shared segments) is swept first.
@@ -276,7 +275,7 @@ def run_collective(
         )
         if len(participants) >= len(info["participants"]):
             info["participants"] = participants
-        records += [got[i] for i in sorted(got)]
+        records += [cast(Record, got[i]) for i in sorted(got)]  # the ranks' records, as JSON
         offset += len(group)
         if interrupted:
             return records, True, info

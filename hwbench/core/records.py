@@ -14,15 +14,22 @@ import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast, overload
 
 from hwbench.core.host import hwbench_info
+from hwbench.core.results_types import Document, HwbenchInfo, Metrics, Parity, Record, Run, TimingSection
 
 #: The results format's version: 2 added the status ``implausible``.
 SCHEMA_VERSION = 2
 KIND = "hwbench-results"
 #: A record's status. ``implausible``: a figure above the device's peak, or an output wrong after timing.
 STATUSES = ("ok", "skipped", "compile_error", "runtime_error", "parity_failed", "implausible", "timeout", "crashed")
+
+
+class _InputsVersion(TypedDict, total=False):
+    """A record's ``inputs_version``, where its kernel has one."""
+
+    inputs_version: int
 
 
 def finite(value: Any) -> Any:
@@ -41,17 +48,17 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def empty_parity() -> dict[str, Any]:
+def empty_parity() -> Parity:
     """The parity section of a record not checked (yet)."""
     return {"max_abs_err": None, "max_rel_err": None, "atol": None, "rtol": None, "passed": None}
 
 
-def empty_timing() -> dict[str, Any]:
+def empty_timing() -> TimingSection:
     """The timing section of a record not timed (yet)."""
     return {"median_s": None, "iqr_s": None, "cv": None, "n": 0, "timer": None}
 
 
-def empty_metrics() -> dict[str, Any]:
+def empty_metrics() -> Metrics:
     """The metrics section of a record without derived figures (yet)."""
     return {"tflops": None, "pct_peak": None, "porting_overhead": None, "tflops_per_usd_hour": None}
 
@@ -68,12 +75,13 @@ def new_record(
     language: str | None = None,
     device: str | None = None,
     inputs_version: int | None = None,
-) -> dict[str, Any]:
+) -> Record:
     """A record with its coordinates set and every measurement empty (status ok until marked).
 
     ``inputs_version`` is the kernel's :attr:`~hwbench.core.kernel.Kernel.inputs_version`; a record
     without one (a probe's, or one an older hwbench wrote) was made from version 1.
     """
+    version: _InputsVersion = {} if inputs_version is None else {"inputs_version": inputs_version}
     return {
         "kernel": kernel,
         "impl": impl,
@@ -84,7 +92,7 @@ def new_record(
         "device_index": device_index,
         "dtype": dtype,
         "shape": dict(shape),
-        **({} if inputs_version is None else {"inputs_version": inputs_version}),
+        **version,
         "status": "ok",
         "reason": "",
         "parity": empty_parity(),
@@ -96,13 +104,18 @@ def new_record(
     }
 
 
-def failed(record: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
-    """Mark ``record`` with a non-ok status and its human reason."""
+@overload
+def failed(record: Record, status: str, reason: str) -> Record: ...
+@overload
+def failed(record: dict[str, Any], status: str, reason: str) -> dict[str, Any]: ...
+def failed(record: Record | dict[str, Any], status: str, reason: str) -> Record | dict[str, Any]:
+    """Mark ``record`` with a non-ok status and its human reason: a results record, or another
+    command's record of the same status and reason (``hwbench compile``'s, in ``compile``)."""
     record["status"], record["reason"] = status, reason
     return record
 
 
-def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = None, **run_fields: Any) -> dict[str, Any]:
+def build_document(command: Sequence[str], *, host: Mapping[str, Any] | None = None, **run_fields: Any) -> Document:
     """A results document with no backends and no records yet.
 
     ``host`` is a host description (``host``, ``software``, ``settings``, ``warnings``, as
@@ -111,7 +124,7 @@ def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = Non
     defaults (``incomplete``, ``profile``, ``seed``, ``timeout_s``, ``price``, even
     ``started``) or come after them (``timing``).
     """
-    run: dict[str, Any] = {
+    run: Run = {
         "id": uuid.uuid4().hex,
         "started": now(),
         "finished": None,
@@ -121,9 +134,9 @@ def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = Non
         "seed": 0,
         "timeout_s": None,
         "price": None,
-        "hwbench": hwbench_info(),
+        "hwbench": cast(HwbenchInfo, hwbench_info()),
     }
-    run.update(run_fields)
+    run.update(cast(Run, run_fields))  # of Run's keys; any of them, none required
     if host is None:
         host = {
             "host": {"hostname": "unknown", "os": "unknown", "cpu": {"model": "unknown", "cores": 0}},
@@ -142,6 +155,12 @@ def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = Non
         "backends": [],
         "records": [],
     }
+
+
+def new_document(command: Sequence[str], *, host: Mapping[str, Any] | None = None, **run_fields: Any) -> dict[str, Any]:
+    """The document of :func:`build_document`, typed as a plain mapping: for the callers that do not
+    read it as a :class:`~hwbench.core.results_types.Document` yet (``run/burn.py``, ``compile/jobs.py``)."""
+    return cast(dict[str, Any], build_document(command, host=host, **run_fields))
 
 
 def default_out(kind: str | None = None) -> Path:

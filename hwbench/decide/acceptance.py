@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from hwbench.core.results_types import Record
 from hwbench.decide.floors import CHECKS, Check, Floor, Floors
 from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
@@ -42,7 +43,7 @@ class Unit:
     index: int | None
     name: str
     kind: str
-    records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    records: list[tuple[str, Record]] = field(default_factory=list)
     burns: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     health: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: the burn entries (by source) of files whose run is marked incomplete
@@ -81,13 +82,13 @@ def gather(files: Iterable[Loaded]) -> list[Unit]:
     for loaded in files:
         host = str(loaded.doc["host"].get("hostname", "?"))
         for number, record in loaded.records():
-            index = record.get("device_index")
-            if not isinstance(index, int) or index < 0 or not record.get("device"):
+            index, device = record.get("device_index"), record.get("device")
+            if not isinstance(index, int) or index < 0 or not device:
                 continue
             node = None if record["kernel"] == "allreduce" else index  # AllReduce: once per host and backend
-            unit(loaded, host, record["backend"], node, record["device"]).records.append((loaded.where(number), record))
+            unit(loaded, host, record["backend"], node, device).records.append((loaded.where(number), record))
         for section, attr in (("burn", "burns"), ("health", "health")):
-            for number, entry in enumerate(loaded.doc.get(section) or []):
+            for number, entry in enumerate(cast(Mapping[str, Any], loaded.doc).get(section) or []):
                 if not isinstance(entry, dict) or not isinstance(entry.get("device_index"), int):
                     continue
                 found = unit(loaded, host, str(entry.get("backend")), entry["device_index"], _entry_name(entry))
@@ -139,13 +140,14 @@ def _absent(unit: Unit, kernel: str, name: str, what: str = "record", dtype: str
 
 def _gemm(unit: Unit) -> dict[str, Figure]:
     """Per dtype the best GEMM's share of peak."""
-    best: dict[str, tuple[float, str, dict[str, Any]]] = {}
+    best: dict[str, tuple[float, str, Record]] = {}
     for where, record in unit.records:
-        if record["kernel"] != "gemm" or record["status"] != "ok" or not record.get("dtype"):
+        dtype = record.get("dtype")
+        if record["kernel"] != "gemm" or record["status"] != "ok" or not dtype:
             continue
         tflops = record["metrics"].get("tflops") or 0.0
-        if record["dtype"] not in best or tflops > best[record["dtype"]][0]:
-            best[record["dtype"]] = (tflops, where, record)
+        if dtype not in best or tflops > best[dtype][0]:
+            best[dtype] = (tflops, where, record)
     out = {}
     for dtype, (tflops, where, record) in sorted(best.items()):
         m, shape = record["metrics"], ",".join(f"{k}={v}" for k, v in record["shape"].items())
@@ -160,14 +162,14 @@ def _gemm(unit: Unit) -> dict[str, Figure]:
     return out
 
 
-def _unverified(record: dict[str, Any]) -> str:
+def _unverified(record: Record) -> str:
     """``; timed calls not verified: WHY`` where the record's timed calls could not be checked."""
     warning = unverified_warning(record.get("parity"))
     return f"; {warning}" if warning else ""
 
 
 def _stream(unit: Unit) -> Figure:
-    best: tuple[float, str, dict[str, Any]] | None = None
+    best: tuple[float, str, Record] | None = None
     for where, record in unit.records:
         if record["kernel"] == "stream" and record["status"] == "ok" and record["shape"].get("op") == 3:
             gbps = record["metrics"].get("gbps")
@@ -180,7 +182,7 @@ def _stream(unit: Unit) -> Figure:
     return Figure(gbps, detail, where)
 
 
-def _collectives(unit: Unit) -> list[tuple[str, dict[str, Any]]]:
+def _collectives(unit: Unit) -> list[tuple[str, Record]]:
     return [
         (where, r)
         for where, r in unit.records

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from hwbench.core.errors import UserError
+from hwbench.core.results_types import Record
 from hwbench.decide.mann_whitney import mann_whitney_u
 from hwbench.results.checked import Loaded
 
@@ -59,7 +61,7 @@ def parse_fail_on(text: str) -> Threshold:
     return Threshold(stat.strip(), parse_percent(amount, "--fail-on threshold"))
 
 
-def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
+def case_key(record: Record) -> tuple[Any, ...]:
     """What makes two records the same case."""
     return (
         record["kernel"],
@@ -71,7 +73,7 @@ def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def coordinates(record: dict[str, Any]) -> dict[str, Any]:
+def coordinates(record: Record) -> dict[str, Any]:
     """A case's coordinates as JSON (the shape in the record's own order)."""
     return {
         "kernel": record["kernel"],
@@ -83,8 +85,8 @@ def coordinates(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _index(loaded: Loaded, warnings: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    cases: dict[tuple[Any, ...], dict[str, Any]] = {}
+def _index(loaded: Loaded, warnings: list[str]) -> dict[tuple[Any, ...], Record]:
+    cases: dict[tuple[Any, ...], Record] = {}
     for _, record in loaded.records():
         if record["impl"] == "*":  # "backend unavailable" notes, not cases
             continue
@@ -101,13 +103,13 @@ def _label(key: tuple[Any, ...]) -> str:
     return f"{backend} {kernel} {impl} {dtype or '-'} " + (",".join(f"{k}={v}" for k, v in shape) or "-")
 
 
-def statistic(record: dict[str, Any], stat: str) -> float | None:
+def statistic(record: Record, stat: str) -> float | None:
     """``stat`` of a record's timing: from its samples when it has them, else its summary."""
     samples = record["timing"].get("samples_s") or []
     if samples:
         x = np.asarray(samples, dtype=np.float64)
         return float(np.median(x) if stat == "median" else x.mean() if stat == "mean" else x.min())
-    value = record["timing"].get(FIELDS[stat])
+    value = cast(Mapping[str, Any], record["timing"]).get(FIELDS[stat])  # the section's key of ``stat``
     return None if value is None else float(value)
 
 
@@ -153,7 +155,7 @@ def environment_warnings(base: Loaded, new: Loaded) -> list[str]:
     return lines
 
 
-def inputs_versions(cases: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, set[int]]:
+def inputs_versions(cases: dict[tuple[Any, ...], Record]) -> dict[str, set[int]]:
     """The inputs versions of each kernel's records (a record without one was made from version 1)."""
     versions: dict[str, set[int]] = {}
     for record in cases.values():
@@ -162,7 +164,7 @@ def inputs_versions(cases: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, s
 
 
 def inputs_version_notes(
-    base: dict[tuple[Any, ...], dict[str, Any]], new: dict[tuple[Any, ...], dict[str, Any]]
+    base: dict[tuple[Any, ...], Record], new: dict[tuple[Any, ...], Record]
 ) -> list[dict[str, Any]]:
     """One entry per kernel whose records on the two sides were made from different inputs versions."""
     a, b = inputs_versions(base), inputs_versions(new)
@@ -177,7 +179,7 @@ def inputs_version_notes(
     return notes
 
 
-def flush_kind(record: dict[str, Any]) -> str:
+def flush_kind(record: Record) -> str:
     """How a record's caches were flushed before its timed calls: ``none``, ``lines`` (the case's
     own memory, line by line) or ``whole cache`` (a buffer larger than the caches written; also
     every record older than ``timing.flush``)."""
@@ -187,9 +189,7 @@ def flush_kind(record: dict[str, Any]) -> str:
     return "lines" if "clflush" in str(timing.get("flush") or "") else "whole cache"
 
 
-def flush_warnings(
-    base: dict[tuple[Any, ...], dict[str, Any]], new: dict[tuple[Any, ...], dict[str, Any]]
-) -> list[str]:
+def flush_warnings(base: dict[tuple[Any, ...], Record], new: dict[tuple[Any, ...], Record]) -> list[str]:
     """One line when matched cases were flushed differently: their times may differ for that alone."""
     differ = [k for k in base if k in new and flush_kind(base[k]) != flush_kind(new[k])]
     if not differ:
@@ -200,9 +200,7 @@ def flush_warnings(
     ]
 
 
-def compare_case(
-    base: dict[str, Any], new: dict[str, Any], alpha: float, noise: float, thresholds: list[Threshold]
-) -> dict[str, Any]:
+def compare_case(base: Record, new: Record, alpha: float, noise: float, thresholds: list[Threshold]) -> dict[str, Any]:
     """The verdict on one matched case."""
     out: dict[str, Any] = {
         "base": {"status": base["status"], "median_s": statistic(base, "median"), "n": base["timing"].get("n", 0)},

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwbench.core.results_types import Document, Record
+
 DEFAULT_MAD_K = 3.5
 DEFAULT_BELOW_PCT = 5.0
 #: The robust standard deviation is never taken below this share of the median (percent).
@@ -120,7 +122,7 @@ def _finite(number: Any) -> float | None:
     return found if math.isfinite(found) and found >= 0 else None
 
 
-def figure_value(record: dict[str, Any], metric: str) -> float | None:
+def figure_value(record: Record, metric: str) -> float | None:
     """``record``'s figure ``metric`` (``calls_per_s``: 1 / its median), None where it has none."""
     if metric == CALLS:
         median = _finite((record.get("timing") or {}).get("median_s"))
@@ -140,7 +142,7 @@ class _Case:
     shape: dict[str, Any] = field(default_factory=dict)  # as the first record of the case writes it
     metric: str = ""
     unit: str = ""
-    records: dict[Member, list[dict[str, Any]]] = field(default_factory=dict)
+    records: dict[Member, list[Record]] = field(default_factory=dict)
     values: dict[Member, list[float]] = field(default_factory=dict)
     failed: dict[Member, tuple[str, str]] = field(default_factory=dict)
 
@@ -160,7 +162,7 @@ class _Case:
             self.failed.setdefault(member, ("ok", why + (f" ({', '.join(given)} only)" if given else "")))
 
 
-def _collect(runs: Iterable[tuple[Path, dict[str, Any]]]) -> dict[tuple[Any, ...], _Case]:
+def _collect(runs: Iterable[tuple[Path, Document]]) -> dict[tuple[Any, ...], _Case]:
     cases: dict[tuple[Any, ...], _Case] = {}
     shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a shape's items as written -> sorted (few distinct)
     for _, doc in runs:
@@ -250,7 +252,7 @@ def case_stats(key: tuple[Any, ...], case: _Case, rule: Rule, hosts: list[str]) 
     return out
 
 
-def _straggler(path: Path, doc: dict[str, Any], rank: int, records: int) -> dict[str, Any]:
+def _straggler(path: Path, doc: Document, rank: int, records: int) -> dict[str, Any]:
     who = {p.get("rank"): p for p in (doc.get("collective") or {}).get("participants") or []}.get(rank) or {}
     return {
         "file": str(path),
@@ -265,7 +267,7 @@ def _straggler(path: Path, doc: dict[str, Any], rank: int, records: int) -> dict
     }
 
 
-def stragglers(runs: Iterable[tuple[Path, dict[str, Any]]], rule: Rule) -> list[dict[str, Any]]:
+def stragglers(runs: Iterable[tuple[Path, Document]], rule: Rule) -> list[dict[str, Any]]:
     """Ranks whose median is above the others' in a file's AllReduce records, one entry per file and rank
     (``records``: the file's records with every rank's median, ``slow_records``: those the rank was slow in)."""
     out = []
@@ -299,7 +301,7 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def stack(doc: dict[str, Any]) -> dict[str, str]:
+def stack(doc: Document) -> dict[str, str]:
     """The software stack of one results document as flat ``field: value`` strings."""
     run_info = (doc.get("run") or {}).get("hwbench") or {}
     out = {"hwbench": _text(run_info.get("version")), "hwbench.commit": _text(run_info.get("git_commit"))}
@@ -351,7 +353,7 @@ def software(stacks: dict[str, dict[str, set[str]]]) -> list[dict[str, Any]]:
 
 
 def analyze(
-    runs: list[tuple[Path, dict[str, Any]]], rule: Rule | None = None, missing: list[dict[str, str]] | None = None
+    runs: list[tuple[Path, Document]], rule: Rule | None = None, missing: list[dict[str, str]] | None = None
 ) -> dict[str, Any]:
     """The fleet document of ``runs`` (path and loaded document of every file), with the files that
     could not be read (``missing``: ``{"file": ..., "reason": ...}`` each) named as missing."""

@@ -27,10 +27,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
+from hwbench.core.results_types import Record
 from hwbench.results.checked import Loaded
-from hwbench.results.metrics import performance_portability
+from hwbench.results.metrics import median_s, performance_portability
 
 CSV_COLUMNS = ("problem", "platform", "application", "fom", "status", "native eff", "native speedup")
 
@@ -43,15 +44,15 @@ class P3Csv(NamedTuple):
     """(problem, platform, application, the files holding its records), in CSV order."""
 
 
-def problem_name(record: dict[str, Any]) -> str:
+def problem_name(record: Record) -> str:
     """``gemm fp32 M=1024,N=1024,K=1024``."""
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     return f"{record['kernel']} {record.get('dtype') or '-'} {shape}".strip()
 
 
-def _cases(files: Iterable[Loaded]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+def _cases(files: Iterable[Loaded]) -> dict[str, list[tuple[str, Record]]]:
     """Per problem, its case records with the file each came from."""
-    by_problem: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    by_problem: dict[str, list[tuple[str, Record]]] = {}
     for f in files:
         for _, r in f.records():
             if r["impl"] != "*" and r.get("device"):
@@ -59,12 +60,12 @@ def _cases(files: Iterable[Loaded]) -> dict[str, list[tuple[str, dict[str, Any]]
     return by_problem
 
 
-def _fastest(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _fastest(records: list[Record]) -> Record | None:
     ok = [r for r in records if r["status"] == "ok" and r["timing"].get("median_s")]
-    return min(ok, key=lambda r: r["timing"]["median_s"]) if ok else None
+    return min(ok, key=median_s) if ok else None
 
 
-def _on_device(here: list[dict[str, Any]], impl: str) -> tuple[dict[str, Any] | None, str, float | None]:
+def _on_device(here: list[Record], impl: str) -> tuple[Record | None, str, float | None]:
     """Of ``impl`` among a device's records: its fastest ok record, status, t_native / t_impl.
 
     The status is the first record's when none is ok ("missing" without any); the ratio is
@@ -75,7 +76,7 @@ def _on_device(here: list[dict[str, Any]], impl: str) -> tuple[dict[str, Any] | 
     if best is None:
         return None, mine[0]["status"] if mine else "missing", None
     native = _fastest([r for r in here if r.get("impl_kind") == "native"])
-    ratio = None if native is None else native["timing"]["median_s"] / best["timing"]["median_s"]
+    ratio = None if native is None else median_s(native) / median_s(best)
     return best, "ok", ratio
 
 
@@ -105,7 +106,7 @@ def cascade(efficiencies: dict[str, float | None]) -> list[dict[str, Any]]:
     return out
 
 
-def _application(records: list[dict[str, Any]], impl: str, devices: list[str]) -> dict[str, Any]:
+def _application(records: list[Record], impl: str, devices: list[str]) -> dict[str, Any]:
     app_eff: dict[str, float | None] = {}
     arch_eff: dict[str, float | None] = {}
     unknown_app: dict[str, str] = {}
@@ -145,7 +146,7 @@ def portability(files: list[Loaded]) -> dict[str, Any]:
     problems = []
     for name, cases in _cases(files).items():
         records = [r for _, r in cases]
-        devices = list(dict.fromkeys(r["device"] for r in records))
+        devices = list(dict.fromkeys(cast(str, r["device"]) for r in records))  # _cases keeps records with one
         impls = list(dict.fromkeys(r["impl"] for r in records))
         problems.append(
             {
@@ -178,7 +179,7 @@ def p3_csv(files: list[Loaded]) -> P3Csv:
     duplicates = []
     for name, cases in _cases(files).items():
         records = [r for _, r in cases]
-        devices = list(dict.fromkeys(r["device"] for r in records))
+        devices = list(dict.fromkeys(cast(str, r["device"]) for r in records))  # _cases keeps records with one
         for impl in dict.fromkeys(r["impl"] for r in records):
             for device in devices:
                 origins = [path for path, r in cases if r["device"] == device and r["impl"] == impl]
@@ -188,6 +189,6 @@ def p3_csv(files: list[Loaded]) -> P3Csv:
                     duplicates.append((name, device, impl, list(dict.fromkeys(origins))))
                 best, status, ratio = _on_device([r for r in records if r["device"] == device], impl)
                 capped = 0.0 if best is None else None if ratio is None else min(ratio, 1.0)
-                fom = None if best is None else best["timing"]["median_s"]
+                fom = None if best is None else median_s(best)
                 writer.writerow([name, device, impl, _number(fom), status, _number(capped), _number(ratio)])
     return P3Csv(out.getvalue(), duplicates)

@@ -13,16 +13,18 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from hwbench.core.dtypes import DTYPE_BYTES, is_integer
 from hwbench.core.errors import UserError
+from hwbench.core.results_types import Record
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
 from hwbench.decide.weights import Dimension
 from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
+from hwbench.results.metrics import median_s
 from hwbench.run.parity import unverified_warning
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -48,11 +50,11 @@ class Raw:
     note: str = ""
 
 
-def _ok(loaded: Loaded, kernel: str) -> list[tuple[int, dict[str, Any]]]:
+def _ok(loaded: Loaded, kernel: str) -> list[tuple[int, Record]]:
     return [(i, r) for i, r in loaded.records() if r["kernel"] == kernel and r["status"] == "ok"]
 
 
-def _record_source(loaded: Loaded, index: int, record: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _record_source(loaded: Loaded, index: int, record: Record, **extra: Any) -> dict[str, Any]:
     return {
         "record": loaded.where(index),
         "kernel": record["kernel"],
@@ -65,7 +67,7 @@ def _record_source(loaded: Loaded, index: int, record: dict[str, Any], **extra: 
     }
 
 
-def _price(platform: Platform, loaded: Loaded, record: dict[str, Any], catalog: Catalog) -> tuple[float, str] | None:
+def _price(platform: Platform, loaded: Loaded, record: Record, catalog: Catalog) -> tuple[float, str] | None:
     facts = platform.facts
     if "usd_per_hour" in facts:
         source = facts.get("price_source") or f"platform file {platform.platform_file}"
@@ -103,12 +105,12 @@ class CostBasis:
 
     name: str
     unit: str
-    price: Callable[[Platform, Loaded, dict[str, Any]], tuple[float, str, dict[str, Any]] | str]
+    price: Callable[[Platform, Loaded, Record], tuple[float, str, dict[str, Any]] | str]
 
 
 def gemm_candidates(
-    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None, dtype: str | None = None
-) -> list[tuple[Loaded, int, dict[str, Any]]] | str:
+    files: Iterable[Loaded], wanted: Callable[[Record], bool] | None = None, dtype: str | None = None
+) -> list[tuple[Loaded, int, Record]] | str:
     """The ok GEMM records (with TFLOPS) compute density chooses among: ``dtype``'s where it is
     given, else bf16/fp16, on the accelerators where the files have one, else on the CPUs (fp32
     by default); only those ``wanted`` accepts. Or the reason there is none."""
@@ -127,7 +129,7 @@ def gemm_candidates(
         return [row[:3] for row in chosen]
     if not pool:
         return f"no ok GEMM record ({dtype} asked for)" if dtype else f"no ok GEMM record ({DEFAULT_DTYPES})"
-    have = ", ".join(sorted({row[2]["dtype"] for row in pool}))
+    have = ", ".join(sorted({cast(str, row[2]["dtype"]) for row in pool}))  # GEMM records name their dtype
     names = "/".join(asked)
     return (
         f"no ok {names} GEMM record on {where} (only {have}); run hwbench run --kernel gemm --dtype {','.join(asked)}"
@@ -135,13 +137,13 @@ def gemm_candidates(
 
 
 def best_gemm(
-    files: Iterable[Loaded], wanted: Callable[[dict[str, Any]], bool] | None = None, dtype: str | None = None
-) -> tuple[Loaded, int, dict[str, Any]] | str:
+    files: Iterable[Loaded], wanted: Callable[[Record], bool] | None = None, dtype: str | None = None
+) -> tuple[Loaded, int, Record] | str:
     """The candidate GEMM record (:func:`gemm_candidates`) with the most TFLOPS, or why there is none."""
     rows = gemm_candidates(files, wanted, dtype)
     if isinstance(rows, str):
         return rows
-    return max(rows, key=lambda row: row[2]["metrics"]["tflops"])
+    return max(rows, key=lambda row: _tflops(row[2]))
 
 
 def compute_density(
@@ -159,10 +161,10 @@ def compute_density(
 
 
 def _compute_density(
-    platform: Platform, catalog: Catalog, found: tuple[Loaded, int, dict[str, Any]], cost: CostBasis | None
+    platform: Platform, catalog: Catalog, found: tuple[Loaded, int, Record], cost: CostBasis | None
 ) -> Raw:
     loaded, index, record = found
-    tflops = float(record["metrics"]["tflops"])
+    tflops = float(_tflops(record))
     source = _record_source(loaded, index, record, tflops=tflops)
     if cost is not None:
         priced = cost.price(platform, loaded, record)
@@ -182,7 +184,7 @@ def _compute_density(
     return _per_usd(tflops, price[0], source, f"the price of '{printable(record.get('device'))}' ({price[1]})")
 
 
-def _energy_reason(loaded: Loaded, record: dict[str, Any]) -> str:
+def _energy_reason(loaded: Loaded, record: Record) -> str:
     """Why a GEMM record has no TFLOPS per watt: its energy's reason, else its device's sensors line."""
     energy = record.get("energy")
     if isinstance(energy, dict) and energy.get("reason"):
@@ -200,18 +202,23 @@ def tflops_per_watt(platform: Platform, dim: Dimension, catalog: Catalog, dtype:
     if isinstance(rows, str):
         return Raw(None, reason=rows)
     measured = [
-        (float(r["energy"]["tflops_per_watt"]), f, i, r)
+        (float(cast(float, r["energy"]["tflops_per_watt"])), f, i, r)  # _positive: a number
         for f, i, r in rows
         if isinstance(r.get("energy"), dict) and _positive(r["energy"].get("tflops_per_watt"))
     ]
     if not measured:
-        loaded, _, record = max(rows, key=lambda row: row[2]["metrics"]["tflops"])
+        loaded, _, record = max(rows, key=lambda row: _tflops(row[2]))
         device = printable(record.get("device"))
         return Raw(None, reason=f"no GEMM record on '{device}' has TFLOPS per watt: {_energy_reason(loaded, record)}")
     value, loaded, index, record = max(measured, key=lambda row: row[0])
     energy = record["energy"]
     extra = {k: energy.get(k) for k in ("watts", "source", "method", "error_pct") if k in energy}
     return Raw(value, _record_source(loaded, index, record, tflops=record["metrics"]["tflops"], **extra))
+
+
+def _tflops(record: Record) -> float:
+    """The TFLOPS of a GEMM candidate (:func:`gemm_candidates` keeps those that have them)."""
+    return cast(float, record["metrics"]["tflops"])
 
 
 def _positive(value: Any) -> bool:
@@ -239,7 +246,7 @@ def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
         index,
         record,
         ranks=ranks,
-        message_bytes=record["shape"]["count"] * DTYPE_BYTES[record["dtype"]],
+        message_bytes=record["shape"]["count"] * DTYPE_BYTES[cast(str, record["dtype"])],
         p50_s=p50,
     )
     note = f"{ranks} ranks" + (f" (the matrix asks for {MATRIX_RANKS} nodes)" if ranks < MATRIX_RANKS else "")
@@ -249,7 +256,7 @@ def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
 def storage(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
     """Highest 4 KiB random-read IOPS among the storage probe records."""
     rows = [
-        (r["metrics"]["iops"], f, i, r)
+        (cast(float, r["metrics"]["iops"]), f, i, r)  # not None: only those with IOPS
         for f in platform.results
         for i, r in _ok(f, "storage")
         if r["metrics"].get("iops")
@@ -264,7 +271,7 @@ def time_to_first_step(platform: Platform, dim: Dimension, catalog: Catalog) -> 
     """Median seconds from process start to the first GEMM step (accelerator records first)."""
     warm = 1 if dim.options.get("cache", "cold") == "warm" else 0
     rows = [
-        (f.device_kind(r) in ACCELERATOR_KINDS, -r["timing"]["median_s"], f, i, r)
+        (f.device_kind(r) in ACCELERATOR_KINDS, -median_s(r), f, i, r)
         for f in platform.results
         for i, r in _ok(f, "startup")
         if r["shape"].get("warm_cache") == warm

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hwbench.core.errors import UserError
+from hwbench.core.results_types import Record
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.platform import Platform
@@ -30,7 +31,7 @@ from hwbench.decide.score import CostBasis, best_gemm
 from hwbench.decide.tco_model import HOURS_PER_YEAR, LIMITS, Model, Spec
 from hwbench.results.checked import Loaded
 
-Wanted = Callable[[dict[str, Any]], bool]
+Wanted = Callable[[Record], bool]
 #: The most TFLOPS a device's record may claim (a zettaFLOPS): beyond it a file is not a measurement.
 MAX_TFLOPS = 1_000_000_000
 #: The largest power of a device a record may claim, in W: the model's own limit of watts_per_device.
@@ -162,7 +163,7 @@ def device_matcher(spec: Spec, catalog: Catalog) -> Wanted:
     key = spec.device if spec.device in catalog.devices else catalog.match(spec.device)
     name = spec.device.casefold()
 
-    def wanted(record: dict[str, Any]) -> bool:
+    def wanted(record: Record) -> bool:
         device = str(record.get("device") or "")
         return device.casefold() == name or (key is not None and catalog.match(device) == key)
 
@@ -173,7 +174,7 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def _watts(loaded: Loaded, index: int, record: dict[str, Any]) -> float | None:
+def _watts(loaded: Loaded, index: int, record: Record) -> float | None:
     """The record's measured ``energy.watts`` (None where it has none); UserError over :data:`MAX_WATTS`."""
     energy = record.get("energy")
     watts = energy.get("watts") if isinstance(energy, dict) else None
@@ -187,7 +188,7 @@ def _watts(loaded: Loaded, index: int, record: dict[str, Any]) -> float | None:
     return float(watts)
 
 
-def _measured_watts(files: Sequence[Loaded], wanted: Wanted, best: tuple[Loaded, int, dict[str, Any]] | str) -> Figure:
+def _measured_watts(files: Sequence[Loaded], wanted: Wanted, best: tuple[Loaded, int, Record] | str) -> Figure:
     if not isinstance(best, str) and (watts := _watts(*best)) is not None:
         return Figure(watts, f"measured: {best[0].where(best[1])} energy.watts (the best GEMM)")
     rows = [
@@ -241,7 +242,7 @@ def resolve(
         reason = best if seen else "no results file given" if not files else "no results file has a record of it"
         tflops = Figure(None, f"no measured TFLOPS for '{printable(spec.device)}': {reason}")
     else:
-        value = float(best[2]["metrics"]["tflops"])
+        value = float(cast(float, best[2]["metrics"]["tflops"]))  # best_gemm's candidates have TFLOPS
         if value > MAX_TFLOPS:
             raise UserError(
                 f"{best[0].where(best[1])}: metrics.tflops {value:g} is over the {MAX_TFLOPS:,} TFLOPS of a device "
@@ -408,7 +409,7 @@ def tco_document(model: Model, catalog: Catalog, files: Sequence[Loaded] = ()) -
     }
 
 
-def _spec_for(model: Model, catalog: Catalog, platform: Platform, record: dict[str, Any]) -> Spec | str:
+def _spec_for(model: Model, catalog: Catalog, platform: Platform, record: Record) -> Spec | str:
     named = [s for s in model.platforms if s.name == platform.name]
     if named:
         return named[0]
@@ -426,7 +427,7 @@ def score_cost(model: Model, catalog: Catalog) -> CostBasis:
     utilization per used device-hour, in USD (power measured in the platform's own files)."""
     u, years = model.utilizations[0], model.years
 
-    def price(platform: Platform, loaded: Loaded, record: dict[str, Any]) -> tuple[float, str, dict[str, Any]] | str:
+    def price(platform: Platform, loaded: Loaded, record: Record) -> tuple[float, str, dict[str, Any]] | str:
         spec = _spec_for(model, catalog, platform, record)
         if isinstance(spec, str):
             return spec

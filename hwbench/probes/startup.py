@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hwbench.core.records import failed, new_record
+from hwbench.core.results_types import Parity, Record
 from hwbench.run.stats import summarize, timing_section
 
 CACHE_VARS = (
@@ -101,9 +102,7 @@ def measure(
     return answers, prime_s
 
 
-def startup_record(
-    request: dict[str, Any], device: str | None, warm: bool, repeat: int, timeout: float
-) -> dict[str, Any]:
+def startup_record(request: dict[str, Any], device: str | None, warm: bool, repeat: int, timeout: float) -> Record:
     """The record of one cache state: samples in seconds, phases of the median sample, parity."""
     shape = {**request["shape"], "warm_cache": int(warm)}
     record = new_record(
@@ -135,6 +134,7 @@ def startup_record(
     )
     median_answer = min(answers, key=lambda a: abs(a["sample_s"] - summary.median))
     record["config"]["phases_s"] = median_answer["phases_s"]
-    record["parity"] = {**median_answer["parity"], "exact": False}
+    parity: Parity = median_answer["parity"]
+    record["parity"] = {**parity, "exact": False}
     record["compile_s"] = median_answer.get("compile_s")
     return record

@@ -17,6 +17,7 @@ from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import failed, new_record
+from hwbench.core.results_types import Record
 
 BLOCK_BYTES = 4096
 IODEPTH = 32
@@ -93,7 +94,7 @@ def _fio_json(stdout: str) -> dict[str, Any]:
     return json.loads(stdout[start:]) if start >= 0 else {}
 
 
-def _fill(record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+def _fill(record: Record, report: dict[str, Any]) -> Record:
     job = report["jobs"][0]
     read = job["read"]
     clat = read["clat_ns"]
@@ -114,7 +115,7 @@ def _fill(record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
         "timer": "fio completion latency (clat)",
         "flushed": None,
     }
-    record["metrics"].update(iops=float(read["iops"]), gbps=read["bw_bytes"] / 1e9)
+    record["metrics"].update({"iops": float(read["iops"]), "gbps": read["bw_bytes"] / 1e9})
     record["config"].update(
         fio_version=report.get("fio version"),
         iops_min=read.get("iops_min"),
@@ -125,7 +126,7 @@ def _fill(record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def run_storage(directory: Path, size_bytes: int, runtime_s: int) -> dict[str, Any]:
+def run_storage(directory: Path, size_bytes: int, runtime_s: int) -> Record:
     """The storage record: ok with IOPS and latency, skipped without fio, or the failure and why."""
     check_arguments(directory, size_bytes, runtime_s)
     shape = {"block_bytes": BLOCK_BYTES, "iodepth": IODEPTH, "size_bytes": size_bytes, "runtime_s": runtime_s}

@@ -11,8 +11,9 @@ character a terminal showing it would obey.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
+from hwbench.core.results_types import Document
 from hwbench.core.text import printable
 from hwbench.decide.fleet import analyze
 from hwbench.report.data import Run, shape_text
@@ -155,7 +156,7 @@ def section(runs: list[Run]) -> dict[str, str]:
     if len({run.host for run in runs}) < 2:
         return {}
     try:
-        doc = _printable(analyze([(run.path, run.doc) for run in runs]))
+        doc = _printable(analyze([(run.path, cast(Document, run.doc)) for run in runs]))  # each by results.load
     except (KeyError, TypeError, AttributeError) as exc:
         why = printable(f"{exc.__class__.__name__}: {exc}")
         return {"fleet": no_data(f"the files cannot be compared as a fleet ({why})")}

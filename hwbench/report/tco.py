@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from html import escape
-from typing import Any
+from typing import Any, cast
 
+from hwbench.core.results_types import Document
 from hwbench.decide.catalog import Catalog
 from hwbench.decide.tco import money, tco_document, year_table
 from hwbench.decide.tco_model import Model
@@ -125,5 +126,5 @@ def tco_sections(model: Model | None, runs: list[Run], catalog: Catalog) -> dict
     """``{"tco": html}`` for the report's body when the user gave a model; nothing without one."""
     if model is None:
         return {}
-    files = [Loaded(run.path, run.doc) for run in runs]
+    files = [Loaded(run.path, cast(Document, run.doc)) for run in runs]  # each loaded by results.load
     return {"tco": section(tco_document(model, catalog, files))}

@@ -8,12 +8,13 @@ a silently wrong ranking. It answers the document with where it came from.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hwbench.core.backend import described_kind
+from hwbench.core.results_types import DescribedDevice, Document, Record
 from hwbench.results import files as results
 
 
@@ -22,9 +23,9 @@ class Loaded:
     """One results file and where it came from."""
 
     path: Path
-    doc: dict[str, Any]
+    doc: Document
 
-    def records(self) -> Iterator[tuple[int, dict[str, Any]]]:
+    def records(self) -> Iterator[tuple[int, Record]]:
         """``(index, record)`` for every record of the file."""
         yield from enumerate(self.doc["records"])
 
@@ -32,8 +33,9 @@ class Loaded:
         """How a record is named in messages and JSON: ``FILE#records[N]``."""
         return f"{self.path}#records[{index}]"
 
-    def device(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """The device entry of ``record`` in the file's ``backends``, if any."""
+    def device(self, record: Mapping[str, Any]) -> DescribedDevice | None:
+        """The device entry of ``record`` (a record, or its ``backend`` and ``device_index``) in the
+        file's ``backends``, if any."""
         for backend in self.doc.get("backends", []):
             if backend.get("name") != record.get("backend"):
                 continue
@@ -48,7 +50,7 @@ class Loaded:
         described = next((b for b in self.doc.get("backends", []) if b.get("name") == name), None)
         return described_kind(described) if described is not None else ""
 
-    def device_kind(self, record: dict[str, Any]) -> str:
+    def device_kind(self, record: Mapping[str, Any]) -> str:
         """``cpu``, ``gpu`` or ``accelerator`` for the record's device (``cpu`` on a backend of kind
         ``cpu``), ``unknown`` where the file does not say."""
         device = self.device(record)

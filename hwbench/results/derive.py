@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from hwbench.core.backend import described_kind
 from hwbench.core.records import empty_metrics, failed
 from hwbench.core.registry import get_kernel
+from hwbench.core.results_types import DescribedDevice, Document, Record
 from hwbench.results import collective_figures as collective
 from hwbench.results import metrics
 from hwbench.run.case import error_line
 
+Devices = dict[tuple[Any, ...], DescribedDevice]
 
-def _devices(doc: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+
+def _devices(doc: Document) -> Devices:
     return {(b["name"], d["index"]): d for b in doc.get("backends", []) for d in b.get("devices", [])}
 
 
@@ -77,7 +80,7 @@ class Gated(NamedTuple):
 
 
 def _peak(
-    device: dict[str, Any] | None, dtype: str, reference: Reference, native: bool = True
+    device: DescribedDevice | None, dtype: str, reference: Reference, native: bool = True
 ) -> tuple[float | None, str | None]:
     """The device's ``dtype`` peak and its source; for a kernel that is not a vendor library's
     (``native`` False) on a CPU whose ISA level is emulated, the emulated level's (``portable_peak``):
@@ -92,12 +95,14 @@ def _peak(
         level = portable.get("isa_level") or "the emulated ISA level"
         return float(value), f"the portable kernels' peak at {level}: {portable.get('method') or 'measured'}"
     own = device.get("peak") or {}
-    if (own.get("tflops") or {}).get(dtype, 0.0) is None:  # NaN or infinite when the worker sent it
+    tflops = own.get("tflops")
+    if (tflops or {}).get(dtype, 0.0) is None:  # NaN or infinite when the worker sent it
         raise Unusable("runtime_error", f"the backend reports a {dtype} peak that is not a number: no share of peak")
-    return reference.device_peak(device["name"], own.get("tflops"), dtype, own.get("method"))
+    # The reference reads only this dtype's peak, a number here (another dtype's None is dropped later).
+    return reference.device_peak(device["name"], cast("Mapping[str, float] | None", tflops), dtype, own.get("method"))
 
 
-def _price(doc: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> tuple[float, str] | None:
+def _price(doc: Document, device: DescribedDevice | None, reference: Reference) -> tuple[float, str] | None:
     """USD per hour of one device and where the figure comes from: the run's price, else the catalog's."""
     given = doc["run"].get("price")
     quote = given if given else (reference.device_price(device["name"]) if device is not None else None)
@@ -108,10 +113,15 @@ def _price(doc: dict[str, Any], device: dict[str, Any] | None, reference: Refere
     return quote.usd_per_hour, f"{quote.basis}; {quote.source}; as of {quote.as_of}"
 
 
-Natives = dict[tuple[Any, ...], dict[str, Any]]
+Natives = dict[tuple[Any, ...], Record]
 
 
-def _natives(records: list[dict[str, Any]]) -> tuple[Natives, Natives]:
+def _dtype(record: Record) -> str:
+    """The dtype of a record the runner ran (every case has one; a probe's records are not derived)."""
+    return cast(str, record["dtype"])
+
+
+def _natives(records: list[Record]) -> tuple[Natives, Natives]:
     """Per case, the native record each portable one is compared with (the first native the
     backend lists) and the fastest ok native (the best a user can get from a vendor library)."""
     first: Natives = {}
@@ -121,22 +131,22 @@ def _natives(records: list[dict[str, Any]]) -> tuple[Natives, Natives]:
             continue
         key = metrics.case_key(record)
         first.setdefault(key, record)
-        if key not in fastest or record["timing"]["median_s"] < fastest[key]["timing"]["median_s"]:
+        if key not in fastest or metrics.median_s(record) < metrics.median_s(fastest[key]):
             fastest[key] = record
     return first, fastest
 
 
-def _host_backends(doc: dict[str, Any]) -> set[str]:
+def _host_backends(doc: Document) -> set[str]:
     """The names of the document's backends of kind ``cpu`` (the host's cores)."""
     return {str(b.get("name")) for b in doc.get("backends", []) if described_kind(b) == "cpu"}
 
 
 def _host_native(
-    natives: dict[tuple[Any, ...], dict[str, Any]],
-    record: dict[str, Any],
-    device: dict[str, Any] | None,
+    natives: Natives,
+    record: Record,
+    device: DescribedDevice | None,
     hosts: set[str],
-) -> dict[str, Any] | None:
+) -> Record | None:
     """The native twin on a backend of kind ``cpu`` (``hosts``) of a record another backend ran on
     the host CPU (e.g. PoCL), if any."""
     if record["backend"] in hosts or device is None or not (device.get("extra") or {}).get("host_cpu"):
@@ -144,7 +154,7 @@ def _host_native(
     return next((n for key, n in natives.items() if key[0] in hosts and key[2:] == metrics.case_key(record)[2:]), None)
 
 
-def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Reference) -> Gated:
+def _gate(record: Record, device: DescribedDevice | None, reference: Reference) -> Gated:
     """The record's median, TFLOPS and peak, checked: Unusable when a figure is not a number
     hwbench can use, or the throughput is above what the device can do for that dtype."""
     median = record["timing"].get("median_s")
@@ -153,7 +163,8 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
     kernel = get_kernel(record["kernel"])
     achieved = metrics.tflops(kernel.flops(record["shape"]), median)
     native = record.get("impl_kind") == "native"
-    peak, peak_source = _peak(device, record["dtype"], reference, native)
+    dtype = _dtype(record)
+    peak, peak_source = _peak(device, dtype, reference, native)
     if peak is not None and not (math.isfinite(peak) and peak > 0):
         why = f"the device's {record['dtype']} peak is {peak!r} TFLOPS ({peak_source}): not a figure to divide by"
         raise Unusable("runtime_error", why)
@@ -163,10 +174,10 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
         check = f"not checked: no {record['dtype']} peak known for this device"
     else:
         if native:
-            remeasured = bool(((device or {}).get("extra") or {}).get("peak_remeasured"))
-            reason = metrics.implausible_native(achieved, peak, record["dtype"], peak_source, remeasured)
+            remeasured = bool(((device.get("extra") if device else None) or {}).get("peak_remeasured"))
+            reason = metrics.implausible_native(achieved, peak, dtype, peak_source, remeasured)
         else:
-            reason = metrics.implausible(achieved, peak, record["dtype"], peak_source)
+            reason = metrics.implausible(achieved, peak, dtype, peak_source)
         if reason:
             raise Unusable("implausible", reason)
         check = f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the {record['dtype']} peak"
@@ -176,16 +187,16 @@ def _gate(record: dict[str, Any], device: dict[str, Any] | None, reference: Refe
 
 
 def _host_link_gate(
-    record: dict[str, Any], kernel: Any, median: float, device: dict[str, Any] | None
+    record: Record, kernel: Any, median: float, device: DescribedDevice | None
 ) -> tuple[float, str] | None:
     """A host copy's link rate (GB/s per direction) and its source, from the device's description
     (None without one); Unusable when the copy moved more than the link carries."""
-    extra = (device or {}).get("extra") or {}
+    extra = (device.get("extra") if device else None) or {}
     rate = extra.get("host_link_gbps")
     if (record.get("config") or {}).get("link") != "host" or not isinstance(rate, (int, float)) or not rate > 0:
         return None
     source = f"{extra.get('host_link') or 'host link'}, {extra.get('host_link_source') or 'the device description'}"
-    moved = metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median)
+    moved = metrics.gbps(kernel.bytes_moved(record["shape"], _dtype(record)), median)
     why = "the timed copies did not move the bytes counted"
     reason = metrics.above_ceiling(moved, float(rate), "GB/s", "the device's host link", source, why)
     if reason:
@@ -197,7 +208,7 @@ def _host_link_gate(
 CACHE_MARGIN = 4
 
 
-def _cache_bytes(device: dict[str, Any], reference: Reference) -> int | None:
+def _cache_bytes(device: DescribedDevice, reference: Reference) -> int | None:
     """The device's last-level cache: the largest its backend reports (cpu ``cache_bytes``, opencl
     ``global_mem_cache_bytes``, GPUs ``l2_bytes`` and ``llc_bytes``, the figures the flushes use), else
     the catalog's."""
@@ -213,7 +224,7 @@ def _cache_bytes(device: dict[str, Any], reference: Reference) -> int | None:
 CACHE_KEYS = ("cache_bytes", "global_mem_cache_bytes", "l2_bytes", "llc_bytes")
 
 
-def _memory_peak(device: dict[str, Any], reference: Reference) -> tuple[float, str] | None:
+def _memory_peak(device: DescribedDevice, reference: Reference) -> tuple[float, str] | None:
     """The device's memory bandwidth in GB/s and where it comes from: its backend's own
     (``peak.mem_gbps``), else the datasheet's."""
     own = (device.get("peak") or {}).get("mem_gbps")
@@ -224,7 +235,7 @@ def _memory_peak(device: dict[str, Any], reference: Reference) -> tuple[float, s
 
 
 def _bandwidth_gate(
-    record: dict[str, Any], kernel: Any, median: float, device: dict[str, Any] | None, reference: Reference
+    record: Record, kernel: Any, median: float, device: DescribedDevice | None, reference: Reference
 ) -> tuple[float, str, str] | None:
     """A bandwidth kernel's memory bandwidth peak, its source and the check made against it (None
     without one); Unusable when the GB/s is above the peak on arrays past the last-level cache."""
@@ -232,7 +243,7 @@ def _bandwidth_gate(
     if found is None or device is None:
         return None
     peak_gbps, source = found
-    moved = kernel.bytes_moved(record["shape"], record["dtype"])
+    moved = kernel.bytes_moved(record["shape"], _dtype(record))
     cache = _cache_bytes(device, reference)
     if cache is None or moved < CACHE_MARGIN * cache:
         held = "no last-level cache size known" if cache is None else f"{moved / 2**20:.0f} MiB may sit in cache"
@@ -243,7 +254,7 @@ def _bandwidth_gate(
     return peak_gbps, source, f"at most {metrics.PLAUSIBLE_PEAK_FRACTION:g}x the memory bandwidth"
 
 
-def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
+def add_metrics(doc: Document, catalog: Reference) -> None:
     """Compute tflops, gbps, % of peak (and of the memory bandwidth for bandwidth kernels), porting
     overhead and TFLOPS per USD/hour in place,
     with peaks and prices from ``catalog`` (where a device has no peak of its own).
@@ -280,18 +291,18 @@ def add_metrics(doc: dict[str, Any], catalog: Reference) -> None:
         doc.setdefault("warnings", []).append(f"collective figures not derived: {error_line(exc)}")
 
 
-def _against_fastest(record: dict[str, Any], fastest: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+def _against_fastest(record: Record, fastest: Natives) -> None:
     """A portable record's speed against the fastest native of its case (which need not be the first listed)."""
     native = fastest.get(metrics.case_key(record))
     if record.get("impl_kind") != "portable" or native is None:
         return
     record["metrics"]["fastest_native_impl"] = native["impl"]
     record["metrics"]["speed_vs_fastest_native"] = metrics.speed_ratio(
-        native["timing"]["median_s"], record["timing"]["median_s"]
+        metrics.median_s(native), metrics.median_s(record)
     )
 
 
-def _drop_broken_peaks(doc: dict[str, Any], devices: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+def _drop_broken_peaks(doc: Document, devices: Devices) -> None:
     """Peaks a backend reported as NaN or infinite (null once sent) leave the file, with a warning."""
     for (backend, index), device in devices.items():
         peaks = (device.get("peak") or {}).get("tflops") or {}
@@ -302,7 +313,7 @@ def _drop_broken_peaks(doc: dict[str, Any], devices: dict[tuple[Any, ...], dict[
             )
 
 
-def per_watt(record: dict[str, Any], kernel: Any) -> None:
+def per_watt(record: Record, kernel: Any) -> None:
     """A measured energy's TFLOPS per watt (TFLOP per joule) and, for a bandwidth kernel, GB/s per watt."""
     energy = record["energy"]
     joules = energy.get("joules_per_call")
@@ -313,11 +324,11 @@ def per_watt(record: dict[str, Any], kernel: Any) -> None:
 
 
 def _fill(
-    doc: dict[str, Any],
-    record: dict[str, Any],
+    doc: Document,
+    record: Record,
     figures: Gated,
-    devices: dict[tuple[Any, ...], dict[str, Any]],
-    natives: dict[tuple[Any, ...], dict[str, Any]],
+    devices: Devices,
+    natives: Natives,
     catalog: Reference,
 ) -> None:
     """The metrics of one gated record."""
@@ -333,10 +344,11 @@ def _fill(
     device = devices.get((record["backend"], record.get("device_index")))
     quote = _price(doc, device, catalog)
     out = record["metrics"]
+    gbps = metrics.gbps(kernel.bytes_moved(record["shape"], _dtype(record)), median)
     out.update(
         {
             "tflops": achieved,
-            "gbps": metrics.gbps(kernel.bytes_moved(record["shape"], record["dtype"]), median),
+            "gbps": gbps,
             "pct_peak": metrics.pct_of_peak(achieved, peak),
             "peak_tflops": peak,
             "peak_source": peak_source,
@@ -352,32 +364,31 @@ def _fill(
     if kernel.bandwidth_bound:
         peak_gbps, bw_source, bw_check = bandwidth if bandwidth else (None, None, None)
         out.update(
-            pct_bw_peak=metrics.pct_of_bandwidth(out["gbps"], peak_gbps),
-            bw_peak_gbps=peak_gbps,
-            bw_peak_source=bw_source,
-            bw_peak_check=bw_check or "not checked: no memory bandwidth known for this device",
+            {
+                "pct_bw_peak": metrics.pct_of_bandwidth(gbps, peak_gbps),
+                "bw_peak_gbps": peak_gbps,
+                "bw_peak_source": bw_source,
+                "bw_peak_check": bw_check or "not checked: no memory bandwidth known for this device",
+            }
         )
     if link is not None:
-        share = metrics.pct_of_bandwidth(out["gbps"], link[0])
-        out.update(pct_host_link=share, host_link_gbps=link[0], host_link_source=link[1])
+        share = metrics.pct_of_bandwidth(gbps, link[0])
+        out.update({"pct_host_link": share, "host_link_gbps": link[0], "host_link_source": link[1]})
     native = natives.get(metrics.case_key(record))
     if record.get("impl_kind") == "portable" and native is not None:
         out["native_impl"] = native["impl"]
-        out["porting_overhead"] = metrics.porting_overhead(native["timing"]["median_s"], median)
-        out["speed_vs_native"] = metrics.speed_ratio(native["timing"]["median_s"], median)
+        out["porting_overhead"] = metrics.porting_overhead(metrics.median_s(native), median)
+        out["speed_vs_native"] = metrics.speed_ratio(metrics.median_s(native), median)
     if record.get("energy"):
         per_watt(record, kernel)
     host = _host_native(natives, record, device, _host_backends(doc))
     if host is not None:
         out["host_native_impl"] = host["impl"]
-        out["host_native_overhead"] = metrics.porting_overhead(host["timing"]["median_s"], median)
+        out["host_native_overhead"] = metrics.porting_overhead(metrics.median_s(host), median)
     if kernel.spans_ranks:
         # A collective is bound by links, not by compute: no TFLOPS, share of peak or cost per TFLOPS.
+        found = collective.bandwidths(record, kernel)
+        out.update({"algbw_gbps": found["algbw_gbps"], "busbw_gbps": found["busbw_gbps"]})
         out.update(
-            collective.bandwidths(record, kernel),
-            tflops=None,
-            pct_peak=None,
-            peak_tflops=None,
-            peak_source=None,
-            tflops_per_usd_hour=None,
+            {"tflops": None, "pct_peak": None, "peak_tflops": None, "peak_source": None, "tflops_per_usd_hour": None}
         )

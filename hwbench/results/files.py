@@ -17,13 +17,14 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hwbench.core.errors import UserError
 from hwbench.core.records import KIND, SCHEMA_VERSION, STATUSES, finite  # defined with the records; read from here too
+from hwbench.core.results_types import Document
 from hwbench.core.text import MAX_RESULTS_BYTES, read_regular_text
 from hwbench.results.schema.validator import Validator
 from hwbench.results.schema.values import show
@@ -267,7 +268,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: {exc}") from None
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> Document:
     """Read, validate (:func:`validate`: an older file against its own version's schema too) and
     migrate a results file; UserError with one line on any problem."""
     with _no_collection():  # one window for all: no collection between them either
@@ -281,11 +282,12 @@ def load(path: str | Path) -> dict[str, Any]:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         of = f" (schema_version {own})" if own != SCHEMA_VERSION else ""
         raise UserError(f"{path}: invalid results file{of}: {problems[0]}{more}; `hwbench validate` lists all")
-    return migrate(doc)
+    return cast(Document, migrate(doc))  # valid against the schema the Document declares
 
 
-def dumps(doc: dict[str, Any]) -> str:
-    """Serialise a results document (non-finite numbers become null)."""
+def dumps(doc: Mapping[str, Any]) -> str:
+    """Serialise a results document (a :class:`~hwbench.core.results_types.Document`, or the plain
+    dict of a command that does not build one yet; non-finite numbers become null)."""
     return json.dumps(finite(doc), indent=1, allow_nan=False) + "\n"
 
 
@@ -356,7 +358,7 @@ def write_new(
             os.unlink(tmp)
 
 
-def save(doc: dict[str, Any], path: str | Path, next_free: bool = False) -> Path:
+def save(doc: Mapping[str, Any], path: str | Path, next_free: bool = False) -> Path:
     """Write ``doc`` to ``path`` as :func:`write_new` does; the path written.
 
     Without ``next_free`` an existing ``path`` is refused; with it the first free

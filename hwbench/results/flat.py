@@ -13,6 +13,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from hwbench.core.results_types import Document, Record
 from hwbench.core.text import printable
 from hwbench.results.files import load
 from hwbench.results.tables import device_id, figures, shape_text
@@ -40,7 +41,7 @@ COLUMNS = (
 )
 
 
-def record_row(record: dict[str, Any]) -> dict[str, Any]:
+def record_row(record: Record) -> dict[str, Any]:
     """One record as a flat row of :data:`COLUMNS` (numbers as numbers, None where none)."""
     device = device_id(record)
     return {
@@ -56,7 +57,7 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def doc_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def doc_rows(doc: Document) -> list[dict[str, Any]]:
     """The rows of a loaded results document, in its records' order."""
     return [record_row(r) for r in doc["records"]]
 

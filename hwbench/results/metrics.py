@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
+
+from hwbench.core.results_types import Record
 
 
-def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
+def case_key(record: Record) -> tuple[Any, ...]:
     """What a record measured, its implementation aside: backend, device, kernel, dtype, shape
     (records with equal keys are twins whose times compare)."""
     return (
@@ -16,6 +18,12 @@ def case_key(record: dict[str, Any]) -> tuple[Any, ...]:
         record["dtype"],
         tuple(sorted(record["shape"].items())),
     )
+
+
+def median_s(record: Record) -> float:
+    """The median time of an ``ok`` record: timed, so a positive number of seconds (None only where
+    a record was not timed)."""
+    return cast(float, record["timing"]["median_s"])
 
 
 def tflops(flops: float, seconds: float) -> float:

@@ -33,6 +33,7 @@ from typing import Any
 from hwbench.core.dtypes import DTYPE_BYTES
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
+from hwbench.core.results_types import Record
 from hwbench.core.text import printable
 
 #: nccl-tests' names of the dtypes (``test_typenames``).
@@ -65,7 +66,7 @@ HEADER = (
 )
 
 
-def is_collective(record: dict[str, Any]) -> bool:
+def is_collective(record: Record) -> bool:
     """Whether ``record`` is a case of a kernel that spans ranks (a kernel this hwbench does not
     know, or a record without a count, goes to the ordinary table)."""
     if record.get("impl") == "*" or "count" not in (record.get("shape") or {}):
@@ -88,12 +89,12 @@ def float_cell(value: float | None, width: int) -> str:
     return format(value, f">{width}.{1 if width >= 7 else 0}e")
 
 
-def _wrong(record: dict[str, Any]) -> str:
+def _wrong(record: Record) -> str:
     mismatches = (record.get("parity") or {}).get("mismatches")
     return "N/A".rjust(6) if mismatches is None else format(float(mismatches), "6g")
 
 
-def _body(record: dict[str, Any] | None) -> str:
+def _body(record: Record | None) -> str:
     """time, algbw, busbw and #wrong of one placement (``writeBenchmarkLineBody``)."""
     if record is None:
         return f"  {'-':>7}  {'-':>6}  {'-':>6}  {'-':>6}"
@@ -107,7 +108,7 @@ def _body(record: dict[str, Any] | None) -> str:
     return f"  {time}  {float_cell(m.get('algbw_gbps'), 6)}  {float_cell(m.get('busbw_gbps'), 6)}  {_wrong(record)}"
 
 
-def _row(kernel: str, dtype: str | None, count: int, pair: dict[int, dict[str, Any]]) -> str:
+def _row(kernel: str, dtype: str | None, count: int, pair: dict[int, Record]) -> str:
     """One size: ``writeBenchmarkLinePreamble``, then out of place and in place."""
     width = DTYPE_BYTES.get(dtype or "")
     size = str(count * width) if width else "-"
@@ -116,23 +117,23 @@ def _row(kernel: str, dtype: str | None, count: int, pair: dict[int, dict[str, A
     return f"{size:>12}  {count:>12}  {type_name:>8}  {redop:>6}  {root:>6}" + _body(pair.get(0)) + _body(pair.get(1))
 
 
-def _device_id(record: dict[str, Any]) -> str:
+def _device_id(record: Record) -> str:
     index = record.get("device_index")
     return f"{record['backend']}:{index}" if isinstance(index, int) and index >= 0 else record["backend"]
 
 
-def _blocks(records: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+def _blocks(records: Iterable[Record]) -> dict[tuple[Any, ...], list[Record]]:
     """Records by (kernel, backend, device, impl, dtype, ranks), in the order they first appear."""
-    blocks: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    blocks: dict[tuple[Any, ...], list[Record]] = {}
     for r in records:
         key = (r["kernel"], r["backend"], _device_id(r), r["impl"], r.get("dtype"), r["shape"].get("ranks"))
         blocks.setdefault(key, []).append(r)
     return blocks
 
 
-def _pairs(records: list[dict[str, Any]]) -> list[tuple[int, dict[int, dict[str, Any]]]]:
+def _pairs(records: list[Record]) -> list[tuple[int, dict[int, Record]]]:
     """(count, {in_place: record}) ascending by count; a second record of a taken slot opens a new row."""
-    rows: list[tuple[int, dict[int, dict[str, Any]]]] = []
+    rows: list[tuple[int, dict[int, Record]]] = []
     for r in sorted(records, key=lambda r: r["shape"]["count"]):
         count, placement = r["shape"]["count"], int(bool(r["shape"].get("in_place", 0)))
         if not rows or rows[-1][0] != count or placement in rows[-1][1]:
@@ -141,14 +142,13 @@ def _pairs(records: list[dict[str, Any]]) -> list[tuple[int, dict[int, dict[str,
     return rows
 
 
-def _speeds(records: list[dict[str, Any]]) -> str:
+def _speeds(records: list[Record]) -> str:
     """``gloo 0.87x-5.4x, mpi 2.1x``: t_native / t over the block's timings, per native."""
     found: dict[str, list[float]] = {}
     for r in records:
         m = r["metrics"]
-        speeds = m.get("speeds_vs_natives") or (
-            {m["native_impl"]: m["speed_vs_native"]} if m.get("native_impl") and m.get("speed_vs_native") else {}
-        )
+        native_impl, speed = m.get("native_impl"), m.get("speed_vs_native")
+        speeds = m.get("speeds_vs_natives") or ({native_impl: speed} if native_impl and speed else {})
         for native, ratio in speeds.items():
             found.setdefault(native, []).append(ratio)
     parts = []
@@ -158,10 +158,10 @@ def _speeds(records: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def _footer(records: list[dict[str, Any]]) -> list[str]:
+def _footer(records: list[Record]) -> list[str]:
     """nccl-tests' footer (``writeResultFooter``), then speed against the natives and noise."""
     wrong = sum(1 for r in records if ((r.get("parity") or {}).get("mismatches") or 0) > 0)
-    busbw = [r["metrics"]["busbw_gbps"] for r in records if r["status"] == "ok" and r["metrics"].get("busbw_gbps")]
+    busbw = [b for r in records if r["status"] == "ok" and (b := r["metrics"].get("busbw_gbps"))]
     if not busbw:
         average = "N/A (no timing ok)"
     else:
@@ -191,7 +191,7 @@ def block_name(kernel: str, device_id: str, impl: str, dtype: str | None, ranks:
     return f"{program} impl={impl} device={device_id} type={type_name} ranks={ranks}"
 
 
-def nccl_tables(records: Iterable[dict[str, Any]], device: bool = False) -> list[str]:
+def nccl_tables(records: Iterable[Record], device: bool = False) -> list[str]:
     """The blocks of the collective records among ``records`` (each line made printable), after
     the legend; no lines when there are none. ``device`` names the device (``BACKEND:INDEX``) in
     each block's title rather than the backend. Every line but the rows starts with ``#``."""

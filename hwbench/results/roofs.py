@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from hwbench.core.results_types import Document, Record
+
 #: Kernels whose best record is a roof, and which roof.
 COMPUTE_ROOF_KERNELS = ("gemm",)
 BANDWIDTH_ROOF_KERNELS = ("stream",)
@@ -23,14 +25,14 @@ MEASURE = {
 }
 
 
-def _figure(record: dict[str, Any], name: str) -> float | None:
+def _figure(record: Record, name: str) -> float | None:
     value = (record.get("metrics") or {}).get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         return None
     return float(value)
 
 
-def _best(record: dict[str, Any], figure: float, unit: str) -> dict[str, Any]:
+def _best(record: Record, figure: float, unit: str) -> dict[str, Any]:
     return {
         unit: figure,
         "kernel": record["kernel"],
@@ -40,10 +42,10 @@ def _best(record: dict[str, Any], figure: float, unit: str) -> dict[str, Any]:
     }
 
 
-def device_roofs(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def device_roofs(records: Iterable[Record]) -> dict[str, Any]:
     """The roofs of one device's ``records``: ``compute`` (dtype -> best GEMM, TFLOPS) and
     ``bandwidth`` (the best stream result, GB/s, or None)."""
-    compute: dict[str, dict[str, Any]] = {}
+    compute: dict[str | None, dict[str, Any]] = {}  # by dtype (None: a record without one)
     bandwidth: dict[str, Any] | None = None
     for record in records:
         if record.get("status") != "ok":
@@ -59,9 +61,9 @@ def device_roofs(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {"compute": compute, "bandwidth": bandwidth}
 
 
-def measured_roofs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def measured_roofs(records: Iterable[Record]) -> list[dict[str, Any]]:
     """One entry per device that has a roof: backend, device index, device name and its roofs."""
-    by_device: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    by_device: dict[tuple[Any, Any], list[Record]] = {}
     names: dict[tuple[Any, Any], Any] = {}
     for record in records:
         key = (record.get("backend"), record.get("device_index"))
@@ -75,7 +77,7 @@ def measured_roofs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def achievable(record: dict[str, Any], roofs: dict[str, Any]) -> float | None:
+def achievable(record: Record, roofs: dict[str, Any]) -> float | None:
     """``record``'s share of its device's measured roof in percent, or None where there is none."""
     if record.get("status") != "ok":
         return None
@@ -86,7 +88,7 @@ def achievable(record: dict[str, Any], roofs: dict[str, Any]) -> float | None:
     return 100.0 * (tflops / roof["tflops"]) if tflops and roof else None
 
 
-def add_achievable(doc: dict[str, Any]) -> None:
+def add_achievable(doc: Document) -> None:
     """Put the document's measured roofs in ``doc["roofs"]`` and each record's ``pct_achievable``."""
     roofs = measured_roofs(doc["records"])
     doc["roofs"] = roofs

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from hwbench.core.dtypes import is_integer
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import Kernel, get_kernel
+from hwbench.core.results_types import Document, Parity, Record
 from hwbench.core.text import aligned, printable
 from hwbench.results.nccl import BUSBW_NOTE, is_collective, nccl_tables
 from hwbench.run.case import CaseRequest
@@ -73,7 +74,7 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _parity(parity: dict[str, Any]) -> str:
+def _parity(parity: Parity) -> str:
     if parity.get("passed") is None:
         return "-"
     if parity.get("exact"):
@@ -83,11 +84,11 @@ def _parity(parity: dict[str, Any]) -> str:
     return f"{verdict} {err:.1e}" if err is not None else verdict
 
 
-def _noisy(record: dict[str, Any]) -> bool:
+def _noisy(record: Record) -> bool:
     return any(w.startswith("noisy") for w in record.get("warnings", []))
 
 
-def device_column(doc: dict[str, Any]) -> bool:
+def device_column(doc: Document) -> bool:
     """Whether the table needs a device column: a backend of the file has more than one device."""
     return any(len(b.get("devices") or []) > 1 for b in doc.get("backends", []))
 
@@ -98,13 +99,13 @@ def with_device(headers: tuple[str, ...]) -> tuple[str, ...]:
     return (*headers[:at], "device", *headers[at:])
 
 
-def device_id(record: dict[str, Any]) -> str:
+def device_id(record: Record) -> str:
     """``BACKEND:INDEX`` of the record's device (as ``--device`` takes it); '-' where it has none."""
     index = record.get("device_index")
     return f"{record['backend']}:{index}" if isinstance(index, int) and index >= 0 else "-"
 
 
-def figures(record: dict[str, Any]) -> dict[str, Any]:
+def figures(record: Record) -> dict[str, Any]:
     """The figures of a record's table row, as numbers (None where it has none): ``median_s``,
     ``tflops``, ``gbps`` (a collective's busbw), ``pct_peak`` (a bandwidth kernel's share of
     the memory bandwidth), ``speed_vs_native``, and whether the timing is ``noisy``."""
@@ -119,12 +120,12 @@ def figures(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def shape_text(record: dict[str, Any]) -> str:
+def shape_text(record: Record) -> str:
     """The record's shape as the table shows it (``M=1024,N=1024,K=1024``, ``triad,n=4194304``)."""
     return _shape(record["shape"], record["kernel"])
 
 
-def row(record: dict[str, Any], device: bool = False) -> tuple[str, ...]:
+def row(record: Record, device: bool = False) -> tuple[str, ...]:
     """One table row of a record (with its ``BACKEND:INDEX`` after the backend when ``device``)."""
     f = figures(record)
     return (
@@ -159,7 +160,7 @@ def table(rows: Iterable[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -
     return aligned(rows, headers, NUMBER_COLUMNS)
 
 
-def nccl_form(doc: dict[str, Any], collective: str = "nccl") -> bool:
+def nccl_form(doc: Document, collective: str = "nccl") -> bool:
     """Whether :func:`summary` prints ``doc`` as nccl-tests' output: ``collective`` is ``"nccl"``
     and the file holds collective records. Then every line but nccl-tests' rows starts with
     ``#``, and so must every line printed after it on the same stream (:func:`comment`)."""
@@ -172,7 +173,7 @@ def comment(text: str) -> str:
     return "\n".join(line if line.startswith("#") else f"# {line}".rstrip() for line in text.split("\n"))
 
 
-def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl") -> str:
+def summary(doc: Document, warnings: bool = True, collective: str = "nccl") -> str:
     """Header, results table and the reasons behind every record that is not ok (and the file's
     warnings, unless ``warnings`` is False: ``run`` prints those on stderr).
 
@@ -209,7 +210,7 @@ def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl"
     device = device_column(doc)
     spanning = [r for r in records if is_collective(r)] if collective == "nccl" else []
     # The nccl blocks count their own noisy timings; the ~ note counts the table's.
-    quiet = {
+    quiet: dict[int, Record] = {
         id(r): {**r, "warnings": [w for w in r.get("warnings", []) if not w.startswith("noisy")]} for r in spanning
     }
     cases = [r for r in records if r["impl"] != "*" and id(r) not in quiet]
@@ -234,7 +235,7 @@ def summary(doc: dict[str, Any], warnings: bool = True, collective: str = "nccl"
     return "\n".join(parts)
 
 
-def _notes(records: list[dict[str, Any]], device: bool = False) -> list[str]:
+def _notes(records: list[Record], device: bool = False) -> list[str]:
     """Why each record is not ok (kernels that share a reason on one line), then timing notes."""
     grouped: dict[tuple[str, str, str], list[str]] = {}
     lines = []
@@ -274,7 +275,7 @@ class ProgressLine:
         self.clock = clock
         self.started = clock()
 
-    def __call__(self, number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+    def __call__(self, number: int, total: int, record: Record | None, case: CaseRequest | None) -> None:
         assert case is not None
         count = f"{number}/{total}" if total else str(number)  # no total: a search's budget ends it
         what = printable(

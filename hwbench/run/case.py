@@ -23,6 +23,9 @@ from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel
 from hwbench.core.records import failed, new_record
 from hwbench.core.registry import get_backend, get_kernel
+from hwbench.core.results_types import Energy as EnergySection
+from hwbench.core.results_types import Parity as ParitySection
+from hwbench.core.results_types import Record, TimingSection
 from hwbench.run import parity as parity_mod
 from hwbench.run.parity import Guard, poison, unverified_warning
 from hwbench.run.stats import stability_warnings, summarize, timing_section
@@ -84,7 +87,7 @@ class Case:
         return self.request.dtype
 
 
-def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceInfo | None) -> dict[str, Any]:
+def base_record(case: CaseRequest, impl: Implementation | None, device: DeviceInfo | None) -> Record:
     """The record of ``case`` with its coordinates and its kernel's inputs version filled and every
     measurement empty (no inputs version when no kernel has the case's name)."""
     try:
@@ -113,7 +116,7 @@ def error_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {message[:600]}{where}"
 
 
-def timing_fields(timing: Timing) -> dict[str, Any]:
+def timing_fields(timing: Timing) -> TimingSection:
     """A record's ``timing`` section from timed samples."""
     return timing_section(
         timing.samples,
@@ -235,13 +238,22 @@ class Pipeline:
         except Exception as exc:
             raise CaseFailed("runtime_error", error_line(exc)) from exc
 
-    def parity(self, case: Case, output: np.ndarray) -> tuple[dict[str, Any], str]:
+    def parity(self, case: Case, output: np.ndarray) -> tuple[ParitySection, str]:
         """The record's ``parity`` section for ``output``, and why it failed (empty when it passed)."""
         tolerance = case.kernel.tolerance(case.dtype, case.shape)
         result = parity_mod.check(output, self.reference(case), tolerance)
-        found = asdict(result)
-        why = found.pop("reason")
-        found["exact"] = tolerance.exact
+        found: ParitySection = {
+            "max_abs_err": result.max_abs_err,
+            "max_rel_err": result.max_rel_err,
+            "atol": result.atol,
+            "rtol": result.rtol,
+            "mismatches": result.mismatches,
+            "nonfinite": result.nonfinite,
+            "elements": result.elements,
+            "passed": result.passed,
+            "exact": tolerance.exact,
+        }
+        why = result.reason
         if result.passed:
             return found, ""
         known = library_accuracy(case)
@@ -294,7 +306,7 @@ class Pipeline:
             raise CaseFailed("runtime_error", f"the {timing.timer} timer {what}: not a time hwbench can use")
         return timing
 
-    def recheck(self, case: Case, prepared: Prepared, cleared: bool) -> tuple[dict[str, Any], str]:
+    def recheck(self, case: Case, prepared: Prepared, cleared: bool) -> tuple[ParitySection, str]:
         """Parity of the output the timed calls left, and why it failed: a kernel right on its first
         call and wrong, or idle, afterwards fails here wherever the output was cleared before them
         (:meth:`clear`; ``cleared`` where the caller cleared it itself). ``after_timing`` says how
@@ -322,7 +334,7 @@ class Pipeline:
             raise CaseFailed("runtime_error", f"reading the output after timing: {error_line(exc)}") from exc
 
     @staticmethod
-    def energy(case: Case, prepared: Prepared, timing: Timing, sensors: Sensors, budget_s: float) -> dict[str, Any]:
+    def energy(case: Case, prepared: Prepared, timing: Timing, sensors: Sensors, budget_s: float) -> EnergySection:
         """The record's ``energy`` section: the prepared call run again in windows of its own after
         the timing (the timed samples are untouched), each window ended by the backend's timer
         timing nothing, which waits for the device (torch's events synchronize; CPU and OpenCL
@@ -361,7 +373,7 @@ class CaseRunner:
         """The backend's devices (listed once)."""
         return self.pipeline.devices(backend)
 
-    def energy(self, case: Case, prepared: Prepared, timing: Timing, budget_s: float) -> dict[str, Any] | None:
+    def energy(self, case: Case, prepared: Prepared, timing: Timing, budget_s: float) -> EnergySection | None:
         """The record's ``energy`` section where the device's energy is readable; None where it is
         not or ``budget_s`` is 0 (the results file's ``sensors`` section says why, once per device)."""
         if budget_s <= 0:
@@ -375,7 +387,7 @@ class CaseRunner:
         """Close the devices' sensors."""
         self.sensors.close()
 
-    def run(self, request: CaseRequest) -> dict[str, Any]:
+    def run(self, request: CaseRequest) -> Record:
         """The record of ``request``; every failure becomes a status, never an exception."""
         steps = self.pipeline
         backend = get_backend(request.backend)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 from hwbench.core.backend import Backend, ContractBroken, DeviceInfo, Implementation, Peak, listed_devices
 from hwbench.core.host import describe_host as describe_host  # re-exported: the worker answers with it
 from hwbench.core.registry import get_backend, implementations, kernel_targets
+from hwbench.core.results_types import BackendDescription, DescribedDevice, DescribedPeak
+from hwbench.core.results_types import Implementation as ImplementationEntry
 from hwbench.run.case import error_line
 
 
-def device_dict(device: DeviceInfo) -> dict[str, Any]:
+def device_dict(device: DeviceInfo) -> DescribedDevice:
     """A device as it appears in results files."""
-    data = asdict(device)
+    data = cast(DescribedDevice, asdict(device))  # DeviceInfo's fields are the description's keys
     data["libraries"] = dict(device.libraries)
     data["extra"] = dict(device.extra)
     if device.peak is not None:
@@ -21,7 +23,7 @@ def device_dict(device: DeviceInfo) -> dict[str, Any]:
     return data
 
 
-def peak_dict(peak: Peak) -> dict[str, Any]:
+def peak_dict(peak: Peak) -> DescribedPeak:
     """A device's peak as it appears in results files."""
     return {"tflops": dict(peak.tflops), "method": peak.method, "mem_gbps": peak.mem_gbps}
 
@@ -33,17 +35,18 @@ def remeasured_peak(backend: Backend, device: DeviceInfo) -> dict[str, Any]:
     return {"peak": peak_dict(peak) if peak is not None else None}
 
 
-def impl_dict(impl: Implementation) -> dict[str, Any]:
+def impl_dict(impl: Implementation) -> ImplementationEntry:
     """An implementation as ``hwbench list --json`` shows it."""
-    data = asdict(impl)
+    data = cast(ImplementationEntry, asdict(impl))  # Implementation's fields are the entry's keys
     data["dtypes"] = list(impl.dtypes)
     return data
 
 
 def describe_backend(name: str) -> dict[str, Any]:
-    """Availability, kind, devices, software and implementations of one backend; never raises."""
+    """Availability, kind, devices, software and implementations of one backend (a
+    :class:`~hwbench.core.results_types.BackendDescription`, as the worker answers it); never raises."""
     backend = get_backend(name)
-    answer: dict[str, Any] = {
+    answer: BackendDescription = {
         "name": name,
         "kind": backend.kind,
         "description": backend.description,
@@ -53,12 +56,13 @@ def describe_backend(name: str) -> dict[str, Any]:
         "environment": {},
         "implementations": {},
     }
+    described = cast(dict[str, Any], answer)  # the worker's answer, sent as JSON
     for kernel in kernel_targets():
         answer["implementations"][kernel] = [impl_dict(i) for i in implementations(backend, kernel)]
     availability = backend.probe()
     answer["available"], answer["reason"] = availability.ok, availability.reason
     if not availability.ok:
-        return answer
+        return described
     try:
         answer["devices"] = [device_dict(d) for d in listed_devices(backend)]
         answer["environment"] = backend.environment()
@@ -68,4 +72,4 @@ def describe_backend(name: str) -> dict[str, Any]:
         answer["available"], answer["reason"] = False, f"probe passed but listing devices failed: {error_line(exc)}"
     if answer["available"] and not answer["devices"]:
         answer["available"], answer["reason"] = False, "no devices found"
-    return answer
+    return described

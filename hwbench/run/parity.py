@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.kernel import Tolerance
+from hwbench.core.results_types import Parity as ParitySection
 
 TINY = np.finfo(np.float64).tiny
 
@@ -90,10 +91,10 @@ class Guard:
         return f"{_NOT_VERIFIED_AFTER}{why}; the output checked after the timed calls may be the first call's"
 
 
-def unverified_warning(parity: dict[str, Any] | None) -> str:
+def unverified_warning(parity: ParitySection | None) -> str:
     """The record's warning where its timed calls were not verified (``parity.after_timing``
     says why), else empty."""
-    after = (parity or {}).get("after_timing") or ""
+    after = (parity.get("after_timing") if parity else None) or ""
     return f"{NOT_VERIFIED}: {after[len(_NOT_VERIFIED_AFTER) :]}" if after.startswith(_NOT_VERIFIED_AFTER) else ""
 
 

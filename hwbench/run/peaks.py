@@ -16,14 +16,16 @@ from typing import Any
 
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
+from hwbench.core.results_types import DescribedDevice, Document, Record
 from hwbench.run.worker import Worker, WorkerDied
 
 
-def _above(record: dict[str, Any], device: dict[str, Any] | None) -> tuple[float, float] | None:
+def _above(record: Record, device: DescribedDevice | None) -> tuple[float, float] | None:
     """``(achieved, peak)`` TFLOPS of a native ``record`` above its device's own peak, else None."""
     if record["status"] != "ok" or record.get("impl_kind") != "native" or device is None:
         return None
-    peak = ((device.get("peak") or {}).get("tflops") or {}).get(record["dtype"])
+    dtype = record["dtype"]
+    peak = ((device.get("peak") or {}).get("tflops") or {}).get(dtype) if dtype is not None else None
     median = (record.get("timing") or {}).get("median_s")
     if not isinstance(peak, (int, float)) or not isinstance(median, (int, float)) or not (peak > 0 and median > 0):
         return None
@@ -37,12 +39,14 @@ def _above(record: dict[str, Any], device: dict[str, Any] | None) -> tuple[float
     return (achieved, float(peak)) if math.isfinite(achieved) and achieved > peak else None
 
 
-def recheck_peaks(doc: dict[str, Any], records: list[dict[str, Any]], worker: Worker, timeout: float) -> int:
+def recheck_peaks(doc: Document, records: list[Record], worker: Worker, timeout: float) -> int:
     """Re-measure, once per device, the peak of every device a native record in ``records`` is
     above, updating the device in ``doc["backends"]``; returns how many were re-measured. A backend
     that cannot re-measure leaves its peak as it is; a failed request is a warning."""
-    devices = {(b["name"], d["index"]): d for b in doc.get("backends", []) for d in b.get("devices") or []}
-    first: dict[tuple[Any, ...], tuple[dict[str, Any], float, float]] = {}
+    devices: dict[tuple[str, int | None], DescribedDevice] = {
+        (b["name"], d["index"]): d for b in doc.get("backends", []) for d in b.get("devices") or []
+    }
+    first: dict[tuple[Any, ...], tuple[Record, float, float]] = {}
     for record in records:
         key = (record["backend"], record.get("device_index"))
         found = _above(record, devices.get(key))
@@ -64,7 +68,7 @@ def recheck_peaks(doc: dict[str, Any], records: list[dict[str, Any]], worker: Wo
             f"{record['impl']} ({record['kernel']} {dtype}) ran at {achieved:.4g} TFLOPS, above the first "
             f"measurement's {peak:.4g}"
         )
-        old = dict(device["peak"].get("tflops") or {})
+        old = dict((device["peak"] or {}).get("tflops") or {})  # not None: the record was above it
         # Contention only lowers a measured peak: each dtype keeps the higher of its two measurements.
         new = dict(answer["peak"].get("tflops") or {})
         kept = {d: max(v, old[d]) if isinstance(old.get(d), (int, float)) else v for d, v in new.items()}

@@ -14,12 +14,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from hwbench.core.errors import UserError
 from hwbench.core.kernel import get_kernel
-from hwbench.core.records import new_document, now
+from hwbench.core.records import build_document, now
 from hwbench.core.registry import plugin_target
+from hwbench.core.results_types import BackendEntry, Document, Record
 from hwbench.core.text import printable
 from hwbench.run.case import CaseRequest, base_record, failed
 from hwbench.run.peaks import recheck_peaks
@@ -66,9 +67,9 @@ class Plan:
 #: Runs the cases of kernels that span ranks: records, whether interrupted, run-level facts.
 CollectiveRunner = Callable[
     [list[CaseRequest], list[dict[str, Any]], float, "Progress | None", "list[str] | None"],
-    tuple[list[dict[str, Any]], bool, dict[str, Any]],
+    tuple[list[Record], bool, dict[str, Any]],
 ]
-Progress = Callable[[int, int, dict[str, Any] | None, CaseRequest | None], None]
+Progress = Callable[[int, int, Record | None, CaseRequest | None], None]
 
 
 def describe_all(
@@ -168,7 +169,7 @@ def _none_here(name: str, kernel: str, offered: list[dict[str, Any]], impls: lis
 
 def _on_devices(
     plan: Plan, backend: dict[str, Any], kernel: str, indices: list[int], shapes: list[dict[str, int]]
-) -> tuple[list[tuple[int, dict[str, int]]], list[dict[str, Any]]]:
+) -> tuple[list[tuple[int, dict[str, int]]], list[Record]]:
     """(device, shape) pairs of ``kernel`` on ``backend``, as its spec expands each shape per device
     (``Kernel.device_shapes``), and a skipped record where a shape runs on no device."""
     try:
@@ -176,7 +177,7 @@ def _on_devices(
     except UserError:
         return [(i, s) for i in indices for s in shapes], []
     pairs: list[tuple[int, dict[str, int]]] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[Record] = []
     for index in indices:
         for shape in shapes:
             expanded, why = spec.device_shapes(shape, index, len(backend["devices"]))
@@ -187,7 +188,7 @@ def _on_devices(
     return pairs, skipped
 
 
-def _skipped(kernel: str, backend: str, index: int, why: str) -> dict[str, Any]:
+def _skipped(kernel: str, backend: str, index: int, why: str) -> Record:
     """The skipped record of every case of ``kernel`` on ``backend`` (device ``index``, -1: any)."""
     return failed(base_record(CaseRequest(kernel, "*", backend, index, "", {}), None, None), "skipped", why)
 
@@ -197,11 +198,11 @@ def plan_cases(
     backends: list[dict[str, Any]],
     kernel_dtypes: Mapping[str, tuple[str, ...]],
     shapes: Mapping[str, list[dict[str, int]]],
-) -> tuple[list[CaseRequest], list[dict[str, Any]]]:
+) -> tuple[list[CaseRequest], list[Record]]:
     """Cases to run, and records for what cannot run at all (with the reason). A default selection
     (``plan.kernels_by_default``) leaves out kernels nothing here implements (:func:`runnable_kernels`)."""
     cases: list[CaseRequest] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[Record] = []
     timing = asdict(plan.timing)
     kernels = runnable_kernels(plan.kernels, backends) if plan.kernels_by_default else plan.kernels
     for backend in backends:
@@ -260,7 +261,7 @@ def check_impl_names(plan: Plan, backends: list[dict[str, Any]]) -> None:
         )
 
 
-def fill_coordinates(record: dict[str, Any], backends: list[dict[str, Any]]) -> dict[str, Any]:
+def fill_coordinates(record: Record, backends: list[dict[str, Any]]) -> Record:
     """Device name and implementation kind for a record the worker could not write itself."""
     for backend in backends:
         if backend["name"] != record["backend"]:
@@ -282,16 +283,16 @@ def run_cases(
     timeout: float,
     progress: Progress | None = None,
     backends: list[dict[str, Any]] | None = None,
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[Record], bool]:
     """Run every case; returns the records and whether the run was interrupted."""
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     try:
         for number, case in enumerate(cases, 1):
             if progress:
                 progress(number, len(cases), None, case)
             try:
                 answer = worker.request({"op": "case", "case": asdict(case)}, timeout)
-                record = answer.get("record") or failed(
+                record: Record = answer.get("record") or failed(
                     base_record(case, None, None), "runtime_error", f"worker error: {answer.get('error')}"
                 )
             except WorkerDied as died:
@@ -309,16 +310,16 @@ def run_cases(
 
 def _numbered(
     worker: Worker, timeout: float, progress: Progress | None, backends: list[dict[str, Any]]
-) -> Callable[[list[CaseRequest]], tuple[list[dict[str, Any]], bool]]:
+) -> Callable[[list[CaseRequest]], tuple[list[Record], bool]]:
     """:func:`run_cases` for the search, which runs its cases a few at a time: the progress line
     numbers them all through (total 0: the budget, not a count, ends the search)."""
     done = [0]
 
-    def counted(number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+    def counted(number: int, total: int, record: Record | None, case: CaseRequest | None) -> None:
         if progress is not None:
             progress(done[0] + number, 0, record, case)
 
-    def run(cases: list[CaseRequest]) -> tuple[list[dict[str, Any]], bool]:
+    def run(cases: list[CaseRequest]) -> tuple[list[Record], bool]:
         records, interrupted = run_cases(cases, worker, timeout, counted, backends)
         done[0] += len(records)
         return records, interrupted
@@ -336,7 +337,7 @@ class _Tally:
     def part(self, name: str) -> Progress:
         """The progress callback of one part of the run."""
 
-        def report(number: int, total: int, record: dict[str, Any] | None, case: CaseRequest | None) -> None:
+        def report(number: int, total: int, record: Record | None, case: CaseRequest | None) -> None:
             self.planned[name] = max(self.planned.get(name, 0), total)
             self.finished += record is not None
             if self.progress is not None:
@@ -359,9 +360,9 @@ def execute(
     progress: Progress | None = None,
     worker: Worker | None = None,
     collective: CollectiveRunner | None = None,
-    finish: Callable[[dict[str, Any]], None] | None = None,
+    finish: Callable[[Document], None] | None = None,
     stops: StopSignals | None = None,
-) -> dict[str, Any]:
+) -> Document:
     """Run ``plan`` and return the results document (complete or marked incomplete).
 
     Cases of kernels that span ranks go to ``collective`` (``hwbench.collective.run``);
@@ -372,7 +373,7 @@ def execute(
     started = now()
     own_worker = worker is None
     worker = worker or Worker()
-    doc = new_document(
+    doc = build_document(
         plan.command or list(sys.argv),
         started=started,
         incomplete=True,
@@ -384,24 +385,22 @@ def execute(
     )
     cases: list[CaseRequest] = []
     spanning: list[CaseRequest] = []
-    records: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
+    records: list[Record] = []
+    skipped: list[Record] = []
     interrupted = False
     tally = _Tally(progress)
     try:
         try:
             host = worker.request({"op": "host"}, max(plan.timeout_s, PROBE_TIMEOUT_S))
-            doc.update({k: host[k] for k in ("host", "software", "settings")})
+            doc["host"], doc["software"], doc["settings"] = host["host"], host["software"], host["settings"]
             doc["warnings"] = list(host.get("warnings", []))
         except WorkerDied as died:
             doc["warnings"].append(f"host description failed: {died.reason}")
         backends = describe_all(
             worker, plan.backends, max(plan.timeout_s, PROBE_TIMEOUT_S), min(plan.timeout_s, PLUGIN_PROBE_S)
         )
-        doc["backends"] = [
-            {k: b.get(k) for k in ("name", "kind", "available", "reason", "devices", "environment") if k in b}
-            for b in backends
-        ]
+        keys = ("name", "kind", "available", "reason", "devices", "environment")
+        doc["backends"] = [cast(BackendEntry, {k: b.get(k) for k in keys if k in b}) for b in backends]
         check_impl_names(plan, backends)
         cases, skipped = plan_cases(plan, backends, kernel_dtypes, shapes)
         spanning = [c for c in cases if get_kernel(c.kernel).spans_ranks]  # several processes: their own path

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hwbench.core.kernel import get_kernel
+from hwbench.core.results_types import Record
 from hwbench.run.case import CaseRequest
 
 #: Seconds of search per device, by device kind.
@@ -88,7 +89,7 @@ def neighbours(shape: dict[str, int], step: int) -> list[dict[str, int]]:
     return found
 
 
-def tflops_of(record: dict[str, Any]) -> float | None:
+def tflops_of(record: Record) -> float | None:
     """The TFLOPS of an ok record from its median (metrics are derived after the run)."""
     median = (record.get("timing") or {}).get("median_s")
     if record.get("status") != "ok" or not isinstance(median, (int, float)) or median <= 0:
@@ -96,7 +97,7 @@ def tflops_of(record: dict[str, Any]) -> float | None:
     return get_kernel(record["kernel"]).flops(record["shape"]) / median / 1e12
 
 
-RunCases = Callable[[list[CaseRequest]], tuple[list[dict[str, Any]], bool]]
+RunCases = Callable[[list[CaseRequest]], tuple[list[Record], bool]]
 
 
 def search_device(
@@ -105,7 +106,7 @@ def search_device(
     budget_s: float,
     run: RunCases,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
+) -> tuple[list[Record], bool, dict[str, Any]]:
     """Search one device: ``templates`` are its cases, one per implementation and dtype (their shape
     is replaced by each candidate's); ``run`` runs a list of cases. Returns the records, whether the
     run was interrupted, and what the search did."""
@@ -113,7 +114,7 @@ def search_device(
     by_shape = {_key(s): [replace(t, shape=dict(s)) for t in templates] for s in candidate_shapes(kind)}
     queue = list(by_shape)
     tried: list[tuple[int, ...]] = []
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     best: tuple[float, tuple[int, ...]] | None = None
     refined: tuple[int, ...] | None = None
     while queue and clock() - start < budget_s:
@@ -169,7 +170,7 @@ def run_search(
     plan: SearchPlan,
     run: RunCases,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[list[dict[str, Any]], bool, list[dict[str, Any]]]:
+) -> tuple[list[Record], bool, list[dict[str, Any]]]:
     """Search every device the cases name, one after another (the cases' shapes are placeholders:
     each device tries its kind's candidates); the records, whether interrupted, and one summary per
     device (backend, device index, budget, seconds spent, shapes tried, the best shape)."""
@@ -177,7 +178,7 @@ def run_search(
     devices: dict[tuple[str, int], dict[tuple[str, str], CaseRequest]] = {}
     for case in cases:  # one template per implementation and dtype: the candidates replace its shape
         devices.setdefault((case.backend, case.device_index), {}).setdefault((case.impl, case.dtype), case)
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     summaries: list[dict[str, Any]] = []
     for (backend, index), mine in devices.items():
         kind = kinds.get((backend, index), "gpu")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+
+from hwbench.core.results_types import TimingSection
 
 #: A relative spread above this makes a figure untrustworthy.
 CV_WARN = 0.10
@@ -55,11 +57,12 @@ def summarize(samples: Sequence[float]) -> Summary:
     )
 
 
-def timing_section(samples: Sequence[float], **fields: Any) -> dict[str, Any]:
-    """A record's ``timing``: the statistics of ``samples`` (seconds), then ``fields`` (timer,
-    resolution, how the samples were taken), then the samples themselves."""
+def timing_section(samples: Sequence[float], *, timer: str | None, **fields: Any) -> TimingSection:
+    """A record's ``timing``: the statistics of ``samples`` (seconds), then the ``timer`` and
+    ``fields`` (of :class:`~hwbench.core.results_types.TimingSection`: resolution, how the samples
+    were taken), then the samples themselves."""
     s = summarize(samples)
-    stats = {
+    section: TimingSection = {
         "median_s": s.median,
         "iqr_s": s.iqr,
         "q1_s": s.q1,
@@ -71,8 +74,11 @@ def timing_section(samples: Sequence[float], **fields: Any) -> dict[str, Any]:
         "max_s": s.max,
         "p99_s": s.p99,
         "n": s.n,
+        "timer": timer,
     }
-    return {**stats, **fields, "samples_s": list(samples)}
+    section.update(cast(TimingSection, fields))  # optional keys of the section
+    section["samples_s"] = list(samples)
+    return section
 
 
 def stability_warnings(summary: Summary, resolution_s: float) -> list[str]:

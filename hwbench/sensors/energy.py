@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from hwbench.core.results_types import Energy as EnergySection
 from hwbench.sensors.base import Sample, Sensors
 
 Clock = Callable[[], float]
@@ -76,7 +76,7 @@ class Energy:
     sample_interval_s: float | None = None
     windows: int = 0
 
-    def section(self) -> dict[str, Any]:
+    def section(self) -> EnergySection:
         """The record's ``energy`` section."""
         return {
             "joules_per_call": self.joules_per_call,
