@@ -72,6 +72,8 @@ TESTS: dict[str, tuple[str, ...]] = {
     "test_trust_outputs::test_a_gate_within_the_noise_of_few_rounds_warns": ("slow", "serial"),
     "test_tune::test_the_budget_is_kept": ("serial",),
     "test_xpu_backend::test_fleet_finds_the_slow_xpu_device": ("serial",),
+    "test_cpu_peak_isa::test_the_cpu_device_describes_an_emulated_level": ("serial",),
+    "test_run_exits::test_sigterm_during_allreduce_writes_the_file_and_sweeps": ("serial",),
     "test_trust_results_files::test_the_loader_and_the_version_1_schema_agree": ("slow",),
     "test_results_validity::test_validator_agrees_with_jsonschema": ("slow",),
     "test_cli_safety::test_probe_and_compile_take_out_dash_for_stdout": ("slow",),
