@@ -32,6 +32,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "test_compile": ("gpu", "slow"),
     "test_triton_codegen": ("gpu", "slow"),
     "test_triton_kernels": ("gpu",),
+    "test_triton_defaults": ("gpu",),
     "test_tune_triton": ("gpu",),
     "test_simt_mma": ("gpu",),
     "test_simt_kernels": ("gpu",),

@@ -207,8 +207,21 @@ def block_d(head_dim: int) -> int:
 
 
 def configs(arch: str, dtype: str, head_dim: int) -> list[Config]:
-    """The small tuning space for ``arch`` and ``head_dim``; the first is the default."""
-    wide = dtype == "fp32" or block_d(head_dim) > 128
+    """The small tuning space for ``arch`` and ``head_dim``; the first is the default.
+
+    Every default compiles without register spills on sm_90, sm_80, gfx942 and gfx90a with Triton
+    3.6 and 3.9 (``tests/kernels/test_triton_defaults.py``): fp16/bf16 take 64-key blocks on NVIDIA
+    at both head widths (``wgmma m64n64`` for ``Q K^T`` on sm_90; 32-key blocks would issue
+    ``m64n32``); fp32 (IEEE: FMA units on NVIDIA, ``v_mfma_f32`` on AMD) takes 32-row blocks over
+    8 warps, 16 keys at a time for 128-wide heads (32 x 32 over 4 warps reaches 255 registers and
+    spills about 1 KB on sm_90 there).
+    """
+    width = block_d(head_dim)
+    if dtype == "fp32" or width > 128:
+        extra = {"waves_per_eu": 0 if width > 64 else 2} if arch.startswith("gfx") else {}
+        if width > 64:  # 128-wide fp32 rows: narrow key blocks keep the score and output tiles in registers
+            return [Config(32, 16, 8, 2, extra), Config(64, 16, 8, 2, extra), Config(32, 32, 8, 2, extra)]
+        return [Config(32, 32, 8, 2, extra), Config(64, 32, 8, 2, extra), Config(64, 64, 8, 2, extra)]
     if arch.startswith("gfx"):
         space = [
             Config(128, 64, 4, 1, {"waves_per_eu": 2}),
@@ -216,22 +229,18 @@ def configs(arch: str, dtype: str, head_dim: int) -> list[Config]:
             Config(64, 64, 4, 1, {"waves_per_eu": 2}),
             Config(128, 128, 8, 1, {"waves_per_eu": 2}),
         ]
-        if block_d(head_dim) > 64:  # a 128-wide head: 8 waves and narrow key blocks keep VGPRs unspilled
-            space = [Config(128, 32, 8, 1, {"waves_per_eu": 0})] + space
-    else:
-        space = [
-            Config(128, 64, 8, 3),
-            Config(128, 128, 8, 3),
-            Config(128, 64, 4, 3),
-            Config(64, 64, 4, 3),
-            Config(128, 32, 4, 4),
-        ]
-        if block_d(head_dim) > 64:  # 128-wide heads: 32-key blocks compile without spills
-            space = [Config(128, 32, 8, 3)] + space[:4]
-    if wide:  # fp32 tiles and very wide heads: smaller blocks keep registers and shared memory in bounds
-        extra = dict(space[0].extra)
-        space = [Config(32, 32, 4, 2, extra), Config(64, 32, 8, 2, extra), Config(64, 64, 8, 2, extra)]
-    return space
+        if width > 64:  # a 128-wide head: 8 waves and narrow key blocks keep VGPRs unspilled
+            space = [Config(128, 32, 8, 1, {"waves_per_eu": 0}), Config(128, 64, 8, 1, {"waves_per_eu": 0})] + space
+        return space
+    if width > 64:  # 128-wide heads: 8 warps (4 spill at 128 x 64), two K/V blocks in flight
+        return [Config(128, 64, 8, 3), Config(128, 128, 8, 3), Config(128, 32, 8, 3), Config(64, 64, 4, 3)]
+    return [
+        Config(128, 64, 8, 3),
+        Config(128, 128, 8, 3),
+        Config(128, 64, 4, 3),
+        Config(64, 64, 4, 3),
+        Config(128, 32, 4, 4),
+    ]
 
 
 def default_config(arch: str, dtype: str, head_dim: int) -> Config:

@@ -18,7 +18,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +38,7 @@ from hwbench.kernels import triton_compat as compat  # noqa: E402
 #: (kernel, target, variant) compiled by the child.
 CASES = [
     *(("gemm", "sm_90", f"gemm_{d}") for d in ("fp16", "bf16", "fp32", "tf32")),
-    *(("gemm", "sm_90", f"gemm_{d}_tma") for d in ("fp16", "bf16", "tf32")),
+    *(("gemm", "sm_90", f"gemm_{d}_tma") for d in ("fp16", "bf16", "tf32", "fp8")),
     *(("gemm", "sm_80", f"gemm_{d}") for d in ("fp16", "bf16", "tf32")),
     *(("gemm", "gfx942", f"gemm_{d}") for d in ("fp16", "bf16")),
     ("attention", "sm_90", "attention_bf16_d128_causal"),
@@ -53,7 +55,7 @@ _CHILD = textwrap.dedent("""
     from hwbench.core.kernel import get_kernel
     from hwbench.kernels.triton_compat import DescriptorArg, Pointer
 
-    TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp8e4nv": torch.float8_e4m3fn}
 
     class Tensor:
         # What Triton's JIT reads of a tensor argument (its MockTensor has wrong strides beyond 2-D).
@@ -91,6 +93,7 @@ _CHILD = textwrap.dedent("""
         stats = triton_stats(compiled, arch)
         return {
             "asm": compiled.asm[key],
+            "forms": stats.get("tensor_core_forms"),
             "asm_sha": hashlib.sha256(compiled.asm[key].encode()).hexdigest(),
             "num_stages": compiled.metadata.num_stages,
             "shared": compiled.metadata.shared,
@@ -229,6 +232,60 @@ def test_tma_gemm_is_persistent_and_loads_through_tma(built: dict, dtype: str) -
     assert "%nctaid.x" in ptx and back_edges(ptx) >= 1  # a loop over tiles, striding by the grid
     assert jit["num_stages"] >= 3 and _buffered(jit, config, dtype), (jit["num_stages"], jit["shared"])
     assert jit["spilled"] is False and jit["spill_stores_bytes"] == 0
+
+
+#: One SASS instruction of ``cuobjdump -sass``: address, predicate, opcode with modifiers, operands.
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\b([^;]*);")
+
+
+def sass_of(ptx: str, arch: str) -> str:
+    """``cuobjdump -sass`` of ``ptx`` assembled by Triton's ``ptxas`` for ``arch`` (both ship in Triton's wheel)."""
+    from hwbench.compile.stats import find_cuobjdump, find_ptxas
+
+    ptxas = find_ptxas(True, arch)
+    cuobjdump = find_cuobjdump(ptxas) if ptxas else None
+    if not cuobjdump:
+        pytest.skip("no ptxas/cuobjdump in this Triton install")
+    target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "k.ptx").write_text(ptx)
+        subprocess.run([ptxas, f"-arch={target}", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"], check=True, timeout=300)
+        return subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True, check=True).stdout
+
+
+def sass_loop_with(sass: str, opcode: str) -> list[str]:
+    """Opcodes of the smallest loop (a conditional branch back to an earlier address, through it) that
+    holds ``opcode``: the main loop, for the tensor-core instruction."""
+    code = [(int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4)) for m in _SASS.finditer(sass)]
+    spans = []
+    for addr, pred, op, operands in code:
+        target = re.match(r"\s*0x([0-9a-f]+)", operands)
+        if op.startswith("BRA") and pred and target and int(target.group(1), 16) <= addr:
+            ops = [o for a, p, o, _ in code if int(target.group(1), 16) <= a <= addr and p != "@!PT"]
+            if any(o.split(".")[0] == opcode for o in ops):
+                spans.append(ops)
+    return min(spans, key=len) if spans else []
+
+
+def test_fp8_tma_gemm_feeds_k_major_operands_by_tma_to_e4m3_wgmma(built: dict) -> None:
+    """fp8's persistent TMA GEMM: A and B^T (the K-major B) reach shared memory by TMA only, wgmma
+    multiplies e4m3 by e4m3 from there, C leaves by TMA, and nothing spills."""
+    case = built["sm_90/gemm_fp8_tma"]
+    jit, config, ptx = case["jit"], case["config"], case["jit"]["asm"]
+    assert config["kernel"] == "tma_persistent" and config["b_layout"] == "k_major" and config["grid"] == [132]
+    loads = ptx_loads(ptx)
+    assert loads["tma"] and not loads["cp.async"] and loads["ld.global"] == [4, 4], loads  # the two scales
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)  # C stored by TMA
+    e4m3 = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3")
+    assert jit["forms"] and all(e4m3.fullmatch(f) for f in jit["forms"]), jit["forms"]
+    assert "%nctaid.x" in ptx and back_edges(ptx) >= 1
+    stage = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]  # one byte an element
+    assert jit["num_stages"] >= 3 and jit["shared"] >= (jit["num_stages"] - 1) * stage, jit["shared"]
+    assert jit["spilled"] is False and jit["spill_stores_bytes"] == 0
+    loop = sass_loop_with(sass_of(ptx, "sm_90"), "QGMMA")  # QGMMA: Hopper's fp8 warpgroup MMA
+    assert any(op.startswith("QGMMA.") and op.endswith(".F32.E4M3.E4M3") for op in loop), sorted(set(loop))
+    assert "UTMALDG.2D" in loop and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in loop  # TMA loads, mbarrier waits
+    assert not {op.split(".")[0] for op in loop} & {"LDG", "LDGSTS", "LDS", "LDSM", "STL", "LDL"}, sorted(set(loop))
 
 
 @pytest.mark.parametrize("target,variant", [("sm_90", "attention_bf16_d128_causal"), ("sm_80", "attention_fp16_d64")])

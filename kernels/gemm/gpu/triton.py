@@ -7,7 +7,8 @@ contiguous and vectorised (16-byte ``cp.async`` on NVIDIA, ``dwordx4`` on AMD), 
 masked, so any M, N, K works. The persistent TMA one (sm_90+): one program per SM loops over
 the tiles, loading through tensor descriptors (``cp.async.bulk.tensor``); it needs rows of
 16-byte multiples, and the tuning space falls back to the classic kernel (saying why) where
-the shape has not. Tiles are ordered in groups of ``GROUP_M`` rows so that neighbouring
+the shape has not (fp8's TMA kernel, B K-major, is in ``triton_lowp.py``). Tiles are ordered in
+groups of ``GROUP_M`` rows so that neighbouring
 programs share A and B tiles in L2. ``fp32`` multiplies in IEEE single precision, ``tf32``
 takes fp32 inputs through the tensor cores' TF32 (XF32 on CDNA3) path; fp16/bf16 accumulate
 in fp32 and round the result to the input dtype.
@@ -27,7 +28,7 @@ from hwbench.core.dtypes import TABLE
 from hwbench.core.kernel import Shape
 from hwbench.kernels import triton_compat as compat
 from hwbench.kernels.gemm.gpu import triton_lowp as lowp
-from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, tile_of
+from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, device_sms, tile_of
 
 __all__ = ["Config", "configs", "launch", "launch_case", "plan", "tuning_space", "compile_variants"]
 
@@ -164,7 +165,8 @@ def default_config(arch: str, dtype: str) -> Config:
     return configs(arch, dtype)[0]
 
 
-#: Dtypes of the TMA kernel (fp32 in IEEE precision runs on FMA units, where TMA buys little).
+#: Dtypes of this module's TMA kernel (fp32 in IEEE precision runs on FMA units, where TMA buys little;
+#: fp8 has its own, with a K-major B, in ``triton_lowp.py``).
 TMA_DTYPES = ("fp16", "bf16", "tf32")
 #: The shape ``hwbench compile`` compiles for: every size a multiple of 16, as most runs are.
 COMPILE_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
@@ -178,7 +180,10 @@ def has_tma(arch: str) -> bool:
 
 
 def tma_configs(arch: str, dtype: str) -> list[Config]:
-    """The persistent TMA kernel's tuning space on ``arch`` (empty where it has no TMA or for fp32)."""
+    """The persistent TMA kernel's tuning space on ``arch`` (empty where it has no TMA, for fp32 and
+    int8; fp8's: :func:`hwbench.kernels.gemm.gpu.triton_lowp.tma_configs`)."""
+    if dtype in lowp.DTYPES:
+        return lowp.tma_configs(arch, dtype)
     if not has_tma(arch) or dtype not in TMA_DTYPES:
         return []
     bk = 32 if dtype == "tf32" else 64
@@ -232,13 +237,6 @@ def plan(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | None
     }
     programs = max(1, min(num_sms or device_sms(a), tiles))
     return compat.Call(gemm_tma_kernel, (programs,), {**descs, "M": m, "N": n, "K": k, **meta}, config.options())
-
-
-def device_sms(tensor: Any) -> int:
-    """Streaming multiprocessors of the GPU holding ``tensor``."""
-    import torch  # optional SDK: only a device launch of the persistent kernel gets here
-
-    return int(torch.cuda.get_device_properties(tensor.device).multi_processor_count)
 
 
 def launch(a: Any, b: Any, c: Any, dtype: str, config: Config, num_sms: int | None = None) -> None:

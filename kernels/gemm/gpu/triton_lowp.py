@@ -11,12 +11,19 @@ per-tensor scales as ``torch._scaled_mm`` takes them: one-element fp32 tensors) 
 stored. Edge rows and columns wrap around (``% M``, ``% N``), K is masked, so any M, N, K works; B
 may be row-major or K-major (fp8 takes it K-major, as wgmma and cuBLASLt's fp8 GEMM want).
 
+fp8 also has the persistent TMA kernel (sm_90+, as fp16/bf16/tf32 in ``triton.py``): one program per
+SM loops over the tiles, A and C through tensor descriptors, B through a descriptor over ``B^T``
+(``[N][K]`` row-major: the K-major B the backends lay out, read as it is stored, no copy), so both
+wgmma operands reach shared memory K-major, as ``wgmma ... .e4m3.e4m3`` needs them. Its rows must
+be 16-byte multiples (K for A and ``B^T``, 4 N for the fp32 C); the tuning space falls back to the
+classic kernel, saying why, where they are not.
+
 Importing this module imports Triton: only backends and ``hwbench compile`` do."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import triton
@@ -25,11 +32,13 @@ import triton.language as tl
 from hwbench.core.dtypes import AMD_FP8, gpu_unsupported
 from hwbench.core.kernel import Shape
 from hwbench.kernels import triton_compat as compat
-from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, tile_of
+from hwbench.kernels.gemm.gpu.triton_tiles import Config, arch_major, device_sms, tile_of
 
 DTYPES = ("fp8", "int8")
 #: The shape ``hwbench compile`` compiles for (every size a multiple of 16, as most runs are).
 COMPILE_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
+#: Streaming multiprocessors of an H100/H200 SXM: the persistent grid ``hwbench compile`` assumes.
+COMPILE_SMS = 132
 
 
 @triton.jit
@@ -77,13 +86,48 @@ def gemm_lowp_kernel(
         else:
             a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0)
             b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, out_dtype=tl.int32)  # Triton 3.6 does not take it from acc
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if SCALED:
         acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def gemm_fp8_tma_kernel(
+    a_desc,
+    bt_desc,
+    c_desc,
+    scale_a_ptr,
+    scale_b_ptr,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """C = scale_a * scale_b * (A @ B) in fp32 for fp8 A [M, K] and K-major B (``bt_desc`` covers
+    ``B^T`` [N, K]), persistent: each program loops over tiles ``program_id, program_id +
+    num_programs, ...``; descriptors zero-fill loads past the edges and clip stores."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    scale = tl.load(scale_a_ptr) * tl.load(scale_b_ptr)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ks in range(k_steps):
+            off_k = ks * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            bt = bt_desc.load([off_n, off_k])
+            acc = tl.dot(a, bt.T, acc, max_num_imprecise_acc=BLOCK_K)
+        c_desc.store([off_m, off_n], acc * scale)
 
 
 def element(arch: str, dtype: str) -> str:
@@ -134,9 +178,34 @@ def configs(arch: str, dtype: str) -> list[Config]:
     ]
 
 
+def tma_configs(arch: str, dtype: str) -> list[Config]:
+    """The persistent TMA kernel's tuning space (fp8 on sm_90 and newer; empty elsewhere). 128 x 128
+    tiles over two warpgroups: the fp32 C tile goes out through shared memory as well, so stages x (A
+    + B tiles) + C stays under 227 KB, and a 128 x 256 tile's two fp32 accumulators spill."""
+    if dtype != "fp8" or not arch.startswith("sm_") or arch_major(arch) < 9:
+        return []
+    return [Config(128, 128, 128, 8, 8, s, tma=True) for s in (4, 3)] + [Config(128, 128, 64, 8, 8, 5, tma=True)]
+
+
+def tma_unfit(shape: Shape) -> str:
+    """Why fp8 A (M x K), ``B^T`` (N x K) and the fp32 C (M x N) cannot be TMA descriptors (empty when they can)."""
+    rows = (("K", 1), ("N", 4))  # bytes of an element in the rows K long (A, B^T) and N long (C)
+    bad = [f"{name}={shape[name]}" for name, size in rows if not compat.tma_strides_ok(int(shape[name]), size)]
+    if bad:
+        return f"rows of {', '.join(bad)} (fp8 A and B^T, fp32 C) are not a multiple of 16 bytes (TMA needs it)"
+    return ""
+
+
 def tuning_space(arch: str, dtype: str, shape: Shape) -> list[Config]:
-    """Binding: the configurations a backend tunes over for one case (the classic kernel's)."""
-    return configs(arch, dtype)
+    """Binding: the configurations a backend tunes over for one case: fp8's persistent TMA kernel
+    (sm_90+, rows of 16-byte multiples) first, then the classic kernel's (:func:`configs`); where the
+    shape rules TMA out on a TMA architecture, the classic configurations say why."""
+    classic = configs(arch, dtype)
+    tma = tma_configs(arch, dtype)
+    why = tma_unfit(shape) if tma else ""
+    if why:
+        return [replace(c, note=f"classic kernel: {why}") for c in classic]
+    return tma + classic
 
 
 @dataclass(frozen=True)
@@ -162,13 +231,34 @@ class KMajor(SizedPointer):
         return (1, self.shape[0])
 
 
-def plan(a: Any, b: Any, c: Any, dtype: str, config: Config, scales: tuple[Any, Any] | None = None) -> compat.Call:
+def k_major_rows(b: Any) -> Any:
+    """``B^T`` ([N][K], row-major) of a K-major (K, N) ``b``: the same memory, as a TMA descriptor's base."""
+    k, n = b.shape
+    if k > 1 and tuple(b.stride()) != (1, k):
+        raise ValueError(f"the fp8 TMA GEMM takes B K-major (strides (1, {k})), not strides {tuple(b.stride())}")
+    if isinstance(b, compat.Pointer):
+        return SizedPointer(b.element, (n, k), b.address, getattr(b, "itemsize", 1))
+    return b.t()
+
+
+def plan(
+    a: Any,
+    b: Any,
+    c: Any,
+    dtype: str,
+    config: Config,
+    scales: tuple[Any, Any] | None = None,
+    num_sms: int | None = None,
+) -> compat.Call:
     """The launch computing ``c = a @ b`` (fp8: times ``scale_a * scale_b``, ``scales`` one-element
-    fp32 tensors or Pointer stand-ins) for 2-D ``a``, ``b`` (row-major or K-major), ``c``."""
+    fp32 tensors or Pointer stand-ins) for 2-D ``a``, ``b`` (row-major or K-major; K-major for fp8's
+    TMA kernel), ``c``. ``num_sms`` (the TMA kernel's persistent grid) defaults to the device's."""
     if dtype not in DTYPES:
         raise ValueError(f"the low-precision Triton GEMM has no {dtype} (it has {', '.join(DTYPES)})")
     if dtype == "fp8" and scales is None:
         raise ValueError("the fp8 GEMM needs its per-tensor scales (scale_a, scale_b)")
+    if config.tma:
+        return _plan_tma(a, b, c, dtype, config, scales, num_sms or 0)
     m, k = a.shape
     n = b.shape[1]
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
@@ -180,6 +270,28 @@ def plan(a: Any, b: Any, c: Any, dtype: str, config: Config, scales: tuple[Any, 
     return compat.Call(gemm_lowp_kernel, (tiles,), args, config.options())
 
 
+def _plan_tma(a: Any, b: Any, c: Any, dtype: str, config: Config, scales: Any, num_sms: int) -> compat.Call:
+    """The persistent TMA kernel's launch (fp8): descriptors over A, ``B^T`` and C, one program an SM."""
+    if dtype != "fp8":
+        raise ValueError(f"the low-precision TMA GEMM is fp8's ({dtype} runs the classic kernel)")
+    m, k = a.shape
+    n = b.shape[1]
+    bt = k_major_rows(b)
+    why = tma_unfit({"M": m, "N": n, "K": k})
+    if why or any(t.data_ptr() % compat.ALIGN for t in (a, b, c)):
+        why = why or "a base address is not 16-byte aligned"
+        raise ValueError(f"the fp8 TMA GEMM cannot take these tensors ({why})")
+    descs = {
+        "a_desc": compat.descriptor(a, (config.block_m, config.block_k)),
+        "bt_desc": compat.descriptor(bt, (config.block_n, config.block_k)),
+        "c_desc": compat.descriptor(c, (config.block_m, config.block_n)),
+    }
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    programs = max(1, min(num_sms or device_sms(a), tiles))
+    args = {**descs, "scale_a_ptr": scales[0], "scale_b_ptr": scales[1], "M": m, "N": n, "K": k}
+    return compat.Call(gemm_fp8_tma_kernel, (programs,), {**args, **config.constexprs()}, config.options())
+
+
 def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, config: Config) -> None:
     """Binding: one launch on the case's device tensors ``A``, ``B`` (and fp8's ``scale_A``,
     ``scale_B``) into ``out``."""
@@ -189,8 +301,9 @@ def launch_case(inputs: Mapping[str, Any], out: Any, shape: Shape, dtype: str, c
 
 def compile_variants(arch: str) -> list[dict[str, Any]]:
     """What ``hwbench compile`` builds of fp8 and int8 on ``arch``: each at its default configuration
-    for :data:`COMPILE_SHAPE` (B K-major for fp8, as the backends lay it out), or, where ``arch`` has
-    no tensor-core path for it, a variant that says why (``skip``)."""
+    for :data:`COMPILE_SHAPE` (B K-major for fp8, as the backends lay it out), on sm_90+ fp8's TMA
+    kernel at its first (``gemm_fp8_tma``, a grid of :data:`COMPILE_SMS`), or, where ``arch`` has no
+    tensor-core path for it, a variant that says why (``skip``)."""
     m, n, k = COMPILE_SHAPE["M"], COMPILE_SHAPE["N"], COMPILE_SHAPE["K"]
     variants: list[dict[str, Any]] = []
     for dtype in DTYPES:
@@ -199,16 +312,23 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
         if why:
             variants.append({"name": name, "dtype": dtype, "skip": why, "config": {"shape": dict(COMPILE_SHAPE)}})
             continue
-        cfg = configs(arch, dtype)[0]
         elem = element(arch, dtype)
         a = SizedPointer(elem, (m, k))
         b = KMajor(elem, (k, n)) if dtype == "fp8" else SizedPointer(elem, (k, n))
         c = SizedPointer("fp32" if dtype == "fp8" else "i32", (m, n), itemsize=4)
         scales = (SizedPointer("fp32", (1,), itemsize=4), SizedPointer("fp32", (1,), itemsize=4))
-        call = plan(a, b, c, dtype, cfg, scales)
-        config = {**cfg.as_dict(), "shape": dict(COMPILE_SHAPE), "grid": list(call.grid)}
-        config["b_layout"] = "k_major" if dtype == "fp8" else "row_major"
-        variants.append(
-            {"name": name, "dtype": dtype, "fn": call.fn, "args": call.args, "options": call.options, "config": config}
-        )
+        for suffix, cfg in (("", configs(arch, dtype)[0]), *(("_tma", t) for t in tma_configs(arch, dtype)[:1])):
+            call = plan(a, b, c, dtype, cfg, scales, COMPILE_SMS)
+            config = {**cfg.as_dict(), "shape": dict(COMPILE_SHAPE), "grid": list(call.grid)}
+            config["b_layout"] = "k_major" if dtype == "fp8" else "row_major"
+            variants.append(
+                {
+                    "name": name + suffix,
+                    "dtype": dtype,
+                    "fn": call.fn,
+                    "args": call.args,
+                    "options": call.options,
+                    "config": config,
+                }
+            )
     return variants

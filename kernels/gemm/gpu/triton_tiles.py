@@ -1,6 +1,6 @@
 """What GEMM's two Triton modules share (``triton.py``: fp16, bf16, fp32, tf32; ``triton_lowp.py``: fp8
 and int8): one point of a tuning space (:class:`Config`), the grouped tile order (:func:`tile_of`) and
-an architecture's major version (:func:`arch_major`).
+an architecture's major version (:func:`arch_major`), the SMs a persistent grid spans (:func:`device_sms`).
 
 Importing this module imports Triton: only backends and ``hwbench compile`` do."""
 
@@ -51,6 +51,13 @@ class Config:
         """Plain form for results records."""
         kind = {"kernel": "tma_persistent" if self.tma else "classic"}
         return {**kind, **self.constexprs(), **self.options(), **({"note": self.note} if self.note else {})}
+
+
+def device_sms(tensor: Any) -> int:
+    """Streaming multiprocessors of the GPU holding ``tensor`` (the persistent kernels' grid)."""
+    import torch  # optional SDK: only a device launch of a persistent kernel gets here
+
+    return int(torch.cuda.get_device_properties(tensor.device).multi_processor_count)
 
 
 def arch_major(arch: str) -> int:

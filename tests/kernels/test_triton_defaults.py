@@ -1,0 +1,151 @@
+"""Every Triton kernel's default configuration compiles without register spills on sm_90, sm_80,
+gfx942 and gfx90a, with whichever Triton is installed (3.6, the GPU machine's, and the newest).
+
+The variants are what ``hwbench compile`` builds (each source's ``compile_variants``: the GEMM's
+classic and persistent TMA kernels for every dtype, fp8 and int8; attention fp16/bf16/fp32 at
+head_dim 64 and 128, causal and not; the AllReduce kernels), each at its default configuration and
+as the JIT specialises the call. They are compiled once per session, one child process per target
+(concurrently, up to the CPUs there are; Triton's cache is the session's), and read as ``hwbench
+compile`` reads them (:func:`hwbench.compile.stats.variant_record`): NVIDIA from ``ptxas -v``
+(Triton's own ptxas; "0 bytes spill stores, 0 bytes spill loads"), AMD from the code object's
+metadata (``.vgpr_spill_count`` 0 and no scratch, ``.private_segment_fixed_size`` 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
+
+from hwbench.core.dtypes import gpu_unsupported  # noqa: E402
+from hwbench.core.kernel import get_kernel  # noqa: E402
+
+TARGETS = ("sm_90", "sm_80", "gfx942", "gfx90a")
+KERNELS = ("gemm", "attention", "allreduce")
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    from hwbench.compile.stats import triton_target, variant_record
+    from hwbench.core.kernel import get_kernel
+
+    arch = sys.argv[1]
+    target = triton_target(arch)
+    keep = ("status", "reason", "dtype", "registers", "spill_stores_bytes", "spill_loads_bytes", "spilled",
+            "vgpr_spills", "private_bytes", "shared_bytes", "tensor_core_forms", "config", "assembler", "compile_s")
+    out = {}
+    for kernel in sys.argv[2:]:
+        for variant in get_kernel(kernel).source_module("triton").compile_variants(arch):
+            record = variant_record(kernel, arch, variant, target)
+            out[variant["name"]] = {k: record[k] for k in keep}
+    print(json.dumps(out, default=str))
+""")
+
+
+def _variants(arch: str) -> list[tuple[str, str]]:
+    """(kernel, variant name) of every default configuration ``hwbench compile`` builds for ``arch``."""
+    return [(k, v["name"]) for k in KERNELS for v in get_kernel(k).source_module("triton").compile_variants(arch)]
+
+
+#: Default configurations known to spill, with the Triton versions they spill on: a strict xfail
+#: there, so the test says when a Triton or a fix makes them clean.
+KNOWN_SPILLS = {
+    ("sm_80", "allreduce_twoshot_fp16_r8"): (
+        (3, 9),
+        "8 B: ptxas 12.9 spills one signal-pad address across a call it inserts (Triton 3.6 does not)",
+    ),
+}
+
+
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _case(arch: str, kernel: str, name: str) -> Any:
+    known = KNOWN_SPILLS.get((arch, name))
+    if known is None:
+        return (arch, kernel, name)
+    since, why = known
+    spills = pytest.mark.xfail(_triton_version() >= since, reason=why, strict=True)
+    return pytest.param(arch, kernel, name, marks=spills)
+
+
+CASES = [_case(arch, kernel, name) for arch in TARGETS for kernel, name in _variants(arch)]
+
+
+def _wanted(session: pytest.Session) -> dict[str, list[str]]:
+    """The kernels each target's selected cases need (a ``-k`` run compiles only those)."""
+    wanted: dict[str, list[str]] = {}
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module.__name__ == __name__ and "kernel" in params:
+            kernels = wanted.setdefault(params["arch"], [])
+            kernels += [] if params["kernel"] in kernels else [params["kernel"]]
+    return wanted
+
+
+@pytest.fixture(scope="module")
+def records(request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    """Every selected case's compile record by ``target/variant``: one child a target, as many at once
+    as there are CPUs."""
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1", TRITON_INTERPRET="0")
+    jobs = list(_wanted(request.session).items())
+    width = max(1, min(len(jobs), os.cpu_count() or 1))
+    out: dict[str, dict[str, Any]] = {}
+    for first in range(0, len(jobs), width):
+        procs = {
+            arch: subprocess.Popen(
+                [sys.executable, "-c", _CHILD, arch, *kernels],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for arch, kernels in jobs[first : first + width]
+        }
+        for arch, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=900)
+            assert proc.returncode == 0, (arch, stderr[-3000:])
+            for name, record in json.loads(stdout.strip().splitlines()[-1]).items():
+                out[f"{arch}/{name}"] = record
+    return out
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+def test_every_default_the_issue_names_is_compiled(arch: str) -> None:
+    names = {name for _, name in _variants(arch)}
+    want = {f"gemm_{d}" for d in ("fp16", "bf16", "fp32", "tf32", "fp8", "int8")}
+    want |= {f"attention_{d}_d{h}{c}" for d in ("fp16", "bf16", "fp32") for h in (64, 128) for c in ("", "_causal")}
+    want |= {f"allreduce_{s}_{d}_r8" for s in ("oneshot", "twoshot") for d in ("fp32", "fp16", "bf16")}
+    if arch == "sm_90":  # the persistent TMA kernel: tensor-core dtypes on sm_90 and newer
+        want |= {f"gemm_{d}_tma" for d in ("fp16", "bf16", "tf32", "fp8")}
+    assert want <= names, sorted(want - names)
+
+
+@pytest.mark.parametrize("arch,kernel,variant", CASES)
+def test_default_configuration_does_not_spill(records: dict, arch: str, kernel: str, variant: str) -> None:
+    r = records[f"{arch}/{variant}"]
+    if r["status"] == "skipped":  # only where the architecture has no instruction for the dtype
+        no_dot = f"{arch} has no {r['dtype']} dot"
+        assert r["reason"] == gpu_unsupported(r["dtype"], arch) or r["reason"].startswith(no_dot), r
+        return
+    assert r["status"] == "ok", r["reason"]
+    facts = {k: r[k] for k in ("registers", "spill_stores_bytes", "spill_loads_bytes", "vgpr_spills", "private_bytes")}
+    where = f"{arch} {variant} {r['config']} {facts}"
+    if arch.startswith("sm_"):
+        assert r["assembler"]["tool"] == "ptxas", r["assembler"]
+        assert (r["spill_stores_bytes"], r["spill_loads_bytes"]) == (0, 0), where
+        assert r["registers"] and r["registers"] <= 255, where
+    else:
+        assert r["vgpr_spills"] == 0 and r["private_bytes"] == 0, where  # no VGPR spills, no scratch
+        assert r["registers"] and r["registers"] <= 512, where
+    assert r["spilled"] is False, where
