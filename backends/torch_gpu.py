@@ -20,6 +20,7 @@ one cleared before the timed calls).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import time
@@ -63,9 +64,16 @@ TRITON_OLDEST = (3, 6)
 TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
 
 
+@functools.cache
+def _triton_version() -> str:
+    """The installed Triton's version ("" where no distribution says one), read once a process:
+    every case's ``supports`` asks, and the metadata lookup reads the site folders."""
+    return next((v for v in map(package_version, TRITON_DISTRIBUTIONS) if v), "")
+
+
 def triton_too_old(extra: str) -> str:
     """Why the installed Triton cannot run hwbench's Triton kernels (empty where it can or says no version)."""
-    version = next((v for v in map(package_version, TRITON_DISTRIBUTIONS) if v), "")
+    version = _triton_version()
     found = re.match(r"(\d+)\.(\d+)", version)
     if found is None or (int(found.group(1)), int(found.group(2))) >= TRITON_OLDEST:
         return ""

@@ -275,10 +275,11 @@ def add_metrics(doc: Document, catalog: Reference) -> None:
         except Exception as exc:  # a kernel's or backend's figure that breaks the formulas
             failed(record, "runtime_error", f"deriving its metrics failed: {error_line(exc)}")
     natives, fastest = _natives(doc["records"])
+    hosts = _host_backends(doc)
     for number, figures in gated.items():
         record = doc["records"][number]
         try:
-            _fill(doc, record, figures, devices, natives, catalog)
+            _fill(doc, record, figures, devices, natives, hosts, catalog)
             _against_fastest(record, fastest)
         except Exception as exc:
             record["metrics"] = empty_metrics()
@@ -329,9 +330,11 @@ def _fill(
     figures: Gated,
     devices: Devices,
     natives: Natives,
+    hosts: set[str],
     catalog: Reference,
 ) -> None:
-    """The metrics of one gated record."""
+    """The metrics of one gated record; ``hosts``: the document's backends of kind ``cpu``
+    (:func:`_host_backends`), found once for all its records."""
     median, achieved, peak, peak_source, check = (
         figures.median_s,
         figures.tflops,
@@ -381,7 +384,7 @@ def _fill(
         out["speed_vs_native"] = metrics.speed_ratio(metrics.median_s(native), median)
     if record.get("energy"):
         per_watt(record, kernel)
-    host = _host_native(natives, record, device, _host_backends(doc))
+    host = _host_native(natives, record, device, hosts)
     if host is not None:
         out["host_native_impl"] = host["impl"]
         out["host_native_overhead"] = metrics.porting_overhead(metrics.median_s(host), median)
