@@ -58,16 +58,15 @@ BUSY_CYCLES = 200_000
 MIN_BUSY_S, MAX_BUSY_S = 20e-6, 0.05
 #: Timings of one call at most, while the spin ahead of it is lengthened.
 BUSY_TRIES = 4
-#: The oldest Triton the Triton kernels are written for (``kernels/triton_compat.py``; the extras ask
-#: for it), and the distributions its module comes in (PyPI's, torch's nightlies', ROCm's).
+#: The oldest Triton the kernels are written for (``kernels/triton_compat.py``, the extras' floor),
+#: and the distributions its module comes in (PyPI's, torch's nightlies', ROCm's).
 TRITON_OLDEST = (3, 6)
 TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
 
 
 @functools.cache
 def _triton_version() -> str:
-    """The installed Triton's version ("" where no distribution says one), read once a process:
-    every case's ``supports`` asks, and the metadata lookup reads the site folders."""
+    """The installed Triton's version ("" where none says one), read once: every case asks."""
     return next((v for v in map(package_version, TRITON_DISTRIBUTIONS) if v), "")
 
 
@@ -77,9 +76,8 @@ def triton_too_old(extra: str) -> str:
     found = re.match(r"(\d+)\.(\d+)", version)
     if found is None or (int(found.group(1)), int(found.group(2))) >= TRITON_OLDEST:
         return ""
-    oldest = ".".join(map(str, TRITON_OLDEST))
     return (
-        f"triton {version} is older than {oldest}, the oldest hwbench's Triton kernels run on "
+        f"triton {version} is older than {TRITON_OLDEST[0]}.{TRITON_OLDEST[1]}, which hwbench's Triton kernels need "
         f"(pip install 'hwbench[{extra}]')"
     )
 
