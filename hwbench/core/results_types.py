@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from hwbench.core.train_types import DrillSection, TrainSection
+
 
 class _ParityRequired(TypedDict):
     max_abs_err: float | None
@@ -166,6 +168,10 @@ class Record(_RecordRequired, total=False):
     #: The implementation's configuration (tile sizes, ...) and ``tuning``.
     config: dict[str, Any]
     warnings: list[str]
+    #: Kernel ``train``: the training run's figures.
+    train: TrainSection
+    #: Kernel ``drill``: the kill-and-resume drill's figures.
+    drill: DrillSection
 
 
 class Peak(TypedDict, total=False):
