@@ -5,8 +5,9 @@ one platform file (.toml: name, usd_per_hour per device, price_source, sla_avail
 mttr_minutes + mttr_source, notes, results = [...]). Dimensions (default weights):
 compute density 25 (best 16-bit GEMM TFLOPS, fp32 on CPUs, or --dtype's, per USD/hour of one device),
 network 20 (small-message AllReduce p50), storage 15 (hwbench probe storage IOPS), time to
-first step 20 (hwbench probe startup, cold caches), recovery 20 (MTTR from the platform
-file). Missing data is shown as missing; its weight is not redistributed: total counts it
+first step 20 (hwbench train's submit-to-first-step, else hwbench probe startup; cold caches),
+recovery 20 (hwbench drill's time to resume, else the platform file's MTTR; a --weights file's
+counts = "mttr" counts the MTTR). Missing data is shown as missing; its weight is not redistributed: total counts it
 as 0 (a lower bound) and max_total as 100. --cost tco:MODEL.toml divides compute density's
 TFLOPS by the cost of owning a device per used hour under a TCO model (see hwbench tco)
 instead of its rental price; a --weights file may add tflops_per_watt (measured energy).

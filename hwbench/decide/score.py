@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -20,17 +20,17 @@ from hwbench.core.errors import UserError
 from hwbench.core.results_types import Record
 from hwbench.core.text import printable
 from hwbench.decide.catalog import Catalog
+from hwbench.decide.figures import ACCELERATOR_KINDS, Raw, ok_records, record_source
 from hwbench.decide.platform import Platform
+from hwbench.decide.score_training import recovery, time_to_first_step
 from hwbench.decide.weights import Dimension
 from hwbench.results.checked import Loaded
 from hwbench.results.collective_figures import small_message_latency
-from hwbench.results.metrics import median_s
 from hwbench.run.parity import unverified_warning
 
 SIXTEEN_BIT = ("bf16", "fp16")
 #: What compute density takes by default, said in the score document.
 DEFAULT_DTYPES = "bf16/fp16 on accelerators, fp32 on CPUs"
-ACCELERATOR_KINDS = ("gpu", "accelerator")
 #: The matrix's network figure is for this many nodes.
 MATRIX_RANKS = 8
 TOTAL_MEANS = (
@@ -38,33 +38,6 @@ TOTAL_MEANS = (
     "(its weight is not redistributed), so total is a lower bound and max_total (missing = 100) "
     "the upper bound; both are equal when nothing is missing"
 )
-
-
-@dataclass
-class Raw:
-    """A raw figure and where it comes from, or the reason it is missing."""
-
-    value: float | None
-    source: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-    note: str = ""
-
-
-def _ok(loaded: Loaded, kernel: str) -> list[tuple[int, Record]]:
-    return [(i, r) for i, r in loaded.records() if r["kernel"] == kernel and r["status"] == "ok"]
-
-
-def _record_source(loaded: Loaded, index: int, record: Record, **extra: Any) -> dict[str, Any]:
-    return {
-        "record": loaded.where(index),
-        "kernel": record["kernel"],
-        "impl": record["impl"],
-        "backend": record["backend"],
-        "device": record.get("device"),
-        "dtype": record.get("dtype"),
-        "shape": record["shape"],
-        **extra,
-    }
 
 
 def _price(platform: Platform, loaded: Loaded, record: Record, catalog: Catalog) -> tuple[float, str] | None:
@@ -117,7 +90,7 @@ def gemm_candidates(
     rows = [
         (f, i, r, f.device_kind(r))
         for f in files
-        for i, r in _ok(f, "gemm")
+        for i, r in ok_records(f, "gemm")
         if r["metrics"].get("tflops") and (wanted is None or wanted(r))
     ]
     accel = [row for row in rows if row[3] in ACCELERATOR_KINDS]
@@ -165,7 +138,7 @@ def _compute_density(
 ) -> Raw:
     loaded, index, record = found
     tflops = float(_tflops(record))
-    source = _record_source(loaded, index, record, tflops=tflops)
+    source = record_source(loaded, index, record, tflops=tflops)
     if cost is not None:
         priced = cost.price(platform, loaded, record)
         if isinstance(priced, str):
@@ -213,7 +186,7 @@ def tflops_per_watt(platform: Platform, dim: Dimension, catalog: Catalog, dtype:
     value, loaded, index, record = max(measured, key=lambda row: row[0])
     energy = record["energy"]
     extra = {k: energy.get(k) for k in ("watts", "source", "method", "error_pct") if k in energy}
-    return Raw(value, _record_source(loaded, index, record, tflops=record["metrics"]["tflops"], **extra))
+    return Raw(value, record_source(loaded, index, record, tflops=record["metrics"]["tflops"], **extra))
 
 
 def _tflops(record: Record) -> float:
@@ -229,8 +202,10 @@ def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
     """Small-message AllReduce latency (ms), as the run summary defines it: the best implementation's
     slowest p50 over messages of at most ``max_message_bytes``, among the records with the most ranks."""
     limit = int(dim.options.get("max_message_bytes", 1024))
-    located = {id(record): (loaded, index) for loaded in platform.results for index, record in _ok(loaded, "allreduce")}
-    records = [record for loaded in platform.results for _, record in _ok(loaded, "allreduce")]
+    located = {
+        id(record): (loaded, index) for loaded in platform.results for index, record in ok_records(loaded, "allreduce")
+    }
+    records = [record for loaded in platform.results for _, record in ok_records(loaded, "allreduce")]
     found = small_message_latency(records, limit)
     if found is None:
         return Raw(
@@ -241,7 +216,7 @@ def network(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
     p50, record = found
     loaded, index = located[id(record)]
     ranks = record["shape"].get("ranks", 1)
-    source = _record_source(
+    source = record_source(
         loaded,
         index,
         record,
@@ -258,43 +233,13 @@ def storage(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
     rows = [
         (cast(float, r["metrics"]["iops"]), f, i, r)  # not None: only those with IOPS
         for f in platform.results
-        for i, r in _ok(f, "storage")
+        for i, r in ok_records(f, "storage")
         if r["metrics"].get("iops")
     ]
     if not rows:
         return Raw(None, reason="no ok storage record (run hwbench probe storage --dir DIR on the shared file system)")
     iops, loaded, index, record = max(rows, key=lambda row: row[0])
-    return Raw(float(iops), _record_source(loaded, index, record, dir=record.get("config", {}).get("dir")))
-
-
-def time_to_first_step(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
-    """Median seconds from process start to the first GEMM step (accelerator records first)."""
-    warm = 1 if dim.options.get("cache", "cold") == "warm" else 0
-    rows = [
-        (f.device_kind(r) in ACCELERATOR_KINDS, -median_s(r), f, i, r)
-        for f in platform.results
-        for i, r in _ok(f, "startup")
-        if r["shape"].get("warm_cache") == warm
-    ]
-    if not rows:
-        return Raw(
-            None,
-            reason=f"no ok startup record with {'warm' if warm else 'cold'} compile caches (run hwbench probe startup)",
-        )
-    _, neg_median, loaded, index, record = max(rows, key=lambda row: row[:2])
-    source = _record_source(loaded, index, record, cache="warm" if warm else "cold", samples=record["timing"]["n"])
-    return Raw(-neg_median, source)
-
-
-def recovery(platform: Platform, dim: Dimension, catalog: Catalog) -> Raw:
-    """MTTR of a hardware fault in minutes, from the platform file."""
-    facts = platform.facts
-    if "mttr_minutes" not in facts:
-        where = f"platform file {platform.platform_file}" if platform.platform_file else "no platform file"
-        return Raw(None, reason=f"no mttr_minutes ({where}); give mttr_minutes and mttr_source in a platform file")
-    return Raw(
-        facts["mttr_minutes"], {"platform_file": str(platform.platform_file), "mttr_source": facts["mttr_source"]}
-    )
+    return Raw(float(iops), record_source(loaded, index, record, dir=record.get("config", {}).get("dir")))
 
 
 FIGURES: dict[str, Callable[[Platform, Dimension, Catalog], Raw]] = {

@@ -27,7 +27,11 @@ DIMENSIONS = ("compute_density", "network", "storage", "time_to_first_step", "re
 OPTIONS: dict[str, dict[str, type]] = {
     "network": {"max_message_bytes": int},
     "time_to_first_step": {"cache": str},
+    "recovery": {"counts": str},
 }
+#: What the recovery dimension's ``counts`` may say: the drill's time to resume (falling back to
+#: the platform file's MTTR where no drill was measured) or the MTTR.
+RECOVERY_COUNTS = ("drill", "mttr")
 COMMON = {"weight", "label", "unit", "better", "mode", "points"}
 WEIGHT_SUM = 100.0
 #: The largest magnitude of a point's raw figure: interpolating between larger ones loses the score.
@@ -147,6 +151,8 @@ def _dimension(name: str, given: Mapping[str, Any], default: Mapping[str, Any], 
         options[key] = value
     if name == "time_to_first_step" and options["cache"] not in ("cold", "warm"):
         raise UserError(f'{where}: cache must be "cold" or "warm", got {options["cache"]!r}')
+    if name == "recovery" and options["counts"] not in RECOVERY_COUNTS:
+        raise UserError(f'{where}: counts must be "drill" or "mttr", got {options["counts"]!r}')
     return Dimension(
         name, weight, str(merged.get("label", name)), str(merged.get("unit", "")), better, mode, points, options
     )
