@@ -23,13 +23,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from llvmlite import ir
 
-from hwbench.kernels.llvmir.irutil import VOID
+from hwbench.kernels.llvmir.gpu_intrinsics import LDS_OCCUPANCY
+from hwbench.kernels.llvmir.irutil import VOID, elem_size
 from hwbench.kernels.llvmir.mma import MatrixInstruction, amdgcn_mfma, nvptx_mma
-from hwbench.kernels.llvmir.simt import DeviceLimits, SIMTBinary, SIMTTarget, index_builtin, with_attributes
+from hwbench.kernels.llvmir.simt import (
+    DeviceLimits,
+    SIMTBinary,
+    SIMTBody,
+    SIMTTarget,
+    index_builtin,
+    with_attributes,
+)
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -134,14 +143,97 @@ class AMDGCNTarget(GPUTarget):
         builder.fence("acquire", "workgroup")
 
     def entry_attributes(self, local_size: Sequence[int]) -> dict[str, str]:
-        threads = 1
-        for v in local_size:
-            threads *= int(v)
-        return {"amdgpu-flat-work-group-size": f"1,{threads}"}
+        return {"amdgpu-flat-work-group-size": f"1,{_product(local_size)}"}
+
+    def define_simt_kernel(
+        self, module: ir.Module, name: str, params: Sequence[ir.Type], body: SIMTBody, local_size: Sequence[int]
+    ) -> ir.Function:
+        """The kernel; one whose body asked for it (``gpu_intrinsics.ask_lds_occupancy``) and whose
+        LDS holds a SIMD to fewer waves than the wave slots would is asked for those waves
+        (``amdgpu-waves-per-eu``, :meth:`waves_per_eu`): the register allocator may then use the
+        VGPRs they leave (:meth:`vgpr_budget`), which costs no occupancy the LDS allows. Not every
+        kernel's: the FMA GEMM (260 VGPRs, one wave by its registers) spills at the three its LDS allows."""
+        fn = super().define_simt_kernel(module, name, params, body, local_size)
+        threads = _product(local_size)
+        waves = self.waves_per_eu(threads, shared_bytes(module, self.shared_space))
+        if name in getattr(module, LDS_OCCUPANCY, ()) and 0 < waves < self.waves_per_eu(threads, 0):
+            module.simt_entry_attributes = {**module.simt_entry_attributes, "amdgpu-waves-per-eu": str(waves)}
+        return fn
+
+    def register_file(self) -> RegisterFile | None:
+        """The architecture's SIMD (:class:`RegisterFile`), None where not described here (RDNA)."""
+        return register_file(self.arch)
+
+    def waves_per_eu(self, threads: int, lds_bytes: int) -> int:
+        """Waves of this kernel one SIMD holds as its work-groups' LDS and wave slots allow (0 where
+        the architecture is not described): whole work-groups per CU (its LDS, ``local_mem_bytes``,
+        over the group's), each putting ``ceil(waves / SIMDs)`` waves on a SIMD."""
+        regs = self.register_file()
+        if regs is None:
+            return 0
+        waves = -(-threads // self.limits.subgroup)
+        per_simd = -(-waves // regs.simds)
+        groups = regs.max_waves // per_simd
+        if lds_bytes:
+            groups = min(groups, self.limits.local_mem_bytes // lds_bytes)
+        return max(1, groups * per_simd)
+
+    def vgpr_budget(self, waves: int) -> int:
+        """VGPRs (with AGPRs on a unified file) a wave may hold with ``waves`` waves on each SIMD:
+        the file over the waves, in whole allocation granules, at most what one wave addresses."""
+        regs = self.register_file()
+        if regs is None:
+            raise ValueError(f"{self.arch}: register file not described")
+        return min(regs.per_wave, regs.per_lane // max(1, waves) // regs.granule * regs.granule)
 
     def mma(self, dtype: str) -> MatrixInstruction | None:
         """``v_mfma_f32_16x16x16`` in bf16 and fp16 on gfx90a and newer."""
         return amdgcn_mfma(dtype, self.arch)
+
+
+@dataclass(frozen=True)
+class RegisterFile:
+    """One SIMD of an AMD CU: its VGPRs per lane (VGPRs and AGPRs together where the file is
+    unified, gfx90a and newer), the most one wave holds, the allocation granule, its wave slots,
+    and the SIMDs of a CU (AMD's CDNA ISA guides, "Vector General Purpose Registers")."""
+
+    per_lane: int
+    per_wave: int
+    granule: int
+    max_waves: int
+    simds: int = 4
+
+
+#: CDNA's SIMDs: gfx908's 256 VGPRs (its 256 AGPRs apart), gfx90a/gfx94x/gfx950's unified 512.
+REGISTER_FILES = {
+    "gfx908": RegisterFile(per_lane=256, per_wave=256, granule=4, max_waves=10),
+    "gfx90a": RegisterFile(per_lane=512, per_wave=512, granule=8, max_waves=8),
+    "gfx94": RegisterFile(per_lane=512, per_wave=512, granule=8, max_waves=8),
+    "gfx950": RegisterFile(per_lane=512, per_wave=512, granule=8, max_waves=8),
+}
+
+
+def register_file(arch: str) -> RegisterFile | None:
+    """:data:`REGISTER_FILES`' entry of ``arch`` (``gfx940``-``gfx942`` by their family ``gfx94``)."""
+    base = arch.split(":")[0]
+    return REGISTER_FILES.get(base) or REGISTER_FILES.get(base[:5] if base.startswith("gfx94") else base)
+
+
+def shared_bytes(module: ir.Module, space: int) -> int:
+    """Bytes of the module's global variables in address space ``space`` (LDS / shared arrays)."""
+    total = 0
+    for var in module.global_values:
+        ty = getattr(var, "value_type", None)
+        if isinstance(var, ir.GlobalVariable) and var.addrspace == space and isinstance(ty, ir.ArrayType):
+            total += ty.count * elem_size(ty.element)
+    return total
+
+
+def _product(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
 
 
 def target_for(arch: str, limits: DeviceLimits | None = None) -> GPUTarget:

@@ -1,6 +1,7 @@
 """GPU intrinsics of the kernels' data paths: on NVPTX asynchronous copies global -> shared
 (``cp.async``, sm_80 and newer), warp-wide fragment loads from shared memory (``ldmatrix``),
-and the launch bound that caps registers (``.minnctapersm``); on AMDGPU the scheduling barrier.
+and the launch bound that caps registers (``.minnctapersm``); on AMDGPU the scheduling barrier
+and the request for the waves per SIMD a kernel's LDS allows (``amdgpu-waves-per-eu``).
 
 Each wrapper declares its intrinsic in the builder's module on first use. The PTX ISA
 describes them: ``cp.async.cg.shared.global [dst], [src], 16, src_size`` copies 16 bytes and
@@ -20,6 +21,8 @@ from hwbench.kernels.llvmir.irutil import I32, VOID, intrinsic
 
 SHARED = ir.PointerType(addrspace=3)
 GLOBAL = ir.PointerType(addrspace=1)
+#: The module attribute naming the kernels that asked for their LDS's waves (:func:`ask_lds_occupancy`).
+LDS_OCCUPANCY = "simt_lds_occupancy"
 
 
 def cp_async_16(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, src_bytes: ir.Value) -> None:
@@ -62,3 +65,10 @@ def sched_barrier(builder: ir.IRBuilder) -> None:
     mask 0); it orders code only, not memory, so it bounds how many loads are in flight at once."""
     fn = intrinsic(builder.module, "llvm.amdgcn.sched.barrier", VOID, [I32])
     builder.call(fn, [ir.Constant(I32, 0)])
+
+
+def ask_lds_occupancy(function: ir.Function) -> None:
+    """Ask, from a kernel's body, for the waves per SIMD its LDS allows (AMDGCN: ``amdgpu-waves-per-eu``
+    from :meth:`hwbench.kernels.llvmir.gpu.AMDGCNTarget.define_simt_kernel`; other targets ignore it)."""
+    module = function.module
+    setattr(module, LDS_OCCUPANCY, (*getattr(module, LDS_OCCUPANCY, ()), function.name))

@@ -17,10 +17,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import needs
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.kernels.gemm.gpu import simt, simt_mma  # noqa: E402
 from hwbench.kernels.llvmir.mma import amdgcn_mfma, emulated, layout_cells, nvptx_mma  # noqa: E402
@@ -174,6 +175,54 @@ def test_the_amdgcn_main_loop_moves_dwordx4_and_reads_fragments_by_ds_read_b128(
     assert path["spill_traffic"] == 0 and amdgcn_stats(assembly)["spilled"] is False
 
 
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
+def test_amdgcn_registers_cost_no_occupancy_the_lds_allows(arch: str) -> None:
+    """The default 256-thread block holds 32 KiB of LDS, so a CU (64 KiB) takes two and a SIMD two
+    waves: the kernel asks for those (``amdgpu-waves-per-eu`` 2), within 512 / 2 = 256 VGPRs. A
+    cap of 128 (four waves) is out of reach by attributes: LLVM clamps the waves to what the LDS
+    allows (warning "desired occupancy was 4, final occupancy is 2"), so it would buy nothing;
+    the count reached is 165 (168 before the attribute), without spills or scratch."""
+    from hwbench.compile.stats import amdgcn_stats
+    from hwbench.kernels.llvmir.gpu import register_file, shared_bytes, target_for
+
+    target = target_for(arch)
+    cfg = simt.config_for(target, "bf16")
+    module = simt.build(target, "bf16", cfg)
+    threads = simt_mma.local_size(cfg, target.mma("bf16"))
+    lds, regs = shared_bytes(module, 3), register_file(arch)
+    waves = target.waves_per_eu(threads[0] * threads[1], lds)
+    assert regs is not None and lds == simt_mma.shared_bytes(cfg, target.mma("bf16")) == 32 * 1024
+    assert waves == target.limits.local_mem_bytes // lds == 2 and target.vgpr_budget(waves) == 256
+    assert module.simt_entry_attributes["amdgpu-waves-per-eu"] == str(waves)
+    try:
+        assembly = target.lower(module, "gemm").assembly
+    except (FileNotFoundError, ImportError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no linker for AMDGCN code objects here: {exc}")
+    stats = amdgcn_stats(assembly)
+    total = stats["registers"] + (stats["agprs"] or 0)
+    assert total <= 165 and total <= target.vgpr_budget(waves), stats
+    granules = -(-total // regs.granule) * regs.granule
+    assert regs.per_lane // granules >= waves, stats  # the VGPRs leave the LDS's waves
+    assert stats["vgpr_spills"] == 0 and stats["private_bytes"] == 0 and stats["spilled"] is False, stats
+
+
+def test_only_an_lds_bound_kernel_is_asked_for_its_waves() -> None:
+    """Waves per SIMD from LDS and wave slots; only a kernel that asks (the mma GEMM) gets them as
+    ``amdgpu-waves-per-eu``: without LDS every slot (a cap of 64 VGPRs), and the FMA GEMM spills."""
+    from hwbench.kernels.llvmir.gpu import register_file, shared_bytes, target_for
+
+    target = target_for("gfx942")
+    assert target.waves_per_eu(256, 0) == 8 and target.vgpr_budget(8) == 64
+    assert target.waves_per_eu(256, 16 * 1024) == 4 and target.waves_per_eu(1024, 32 * 1024) == 8
+    assert target.waves_per_eu(64, 48 * 1024) == 1 and target.vgpr_budget(1) == 512
+    assert register_file("gfx941") == register_file("gfx942") and register_file("gfx1100") is None
+    assert target_for("gfx1100").waves_per_eu(256, 32 * 1024) == 0
+    # the FMA GEMM's LDS would allow three waves, but its 260 VGPRs spill at 168: it does not ask
+    fma = simt.build(target, "fp32", simt.config_for(target, "fp32"))
+    assert target.waves_per_eu(256, shared_bytes(fma, 3)) == 3
+    assert fma.simt_entry_attributes == {"amdgpu-flat-work-group-size": "1,256"}
+
+
 def _ways(offsets: list[int], width: int) -> int:
     """The most distinct ``width``-byte words that the accesses at byte ``offsets``, served
     together, put on one of the 32 four-byte banks (1: no conflict)."""
@@ -254,7 +303,7 @@ def test_shared_memory_addresses_of_the_default_configuration_are_bank_conflict_
 @pytest.fixture(scope="module")
 def il_context() -> Any:
     """(context, queue, device, programs built so far) of the first OpenCL device that takes SPIR-V 1.4."""
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     import pyopencl as cl
 
     from hwbench.backends import opencl

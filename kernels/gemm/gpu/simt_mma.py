@@ -13,7 +13,9 @@ elsewhere; otherwise element loads with clamped indices feed the same layout. On
 K tile. Fragments come by ``ldmatrix`` / ``ldmatrix.trans`` (NVPTX; emulated by plain loads on a
 target without it) or by 16-byte LDS reads of A (AMDGCN). C is stored in the dtype (rounded
 to nearest even), masked to ``M x N`` on an edge block. On NVPTX the kernel asks for two
-resident 256-thread blocks per SM (``.minnctapersm``), which caps it at 128 registers.
+resident 256-thread blocks per SM (``.minnctapersm``), which caps it at 128 registers; on AMDGCN
+for the waves its LDS allows (32 KiB a block: two a CU, two waves a SIMD, 256 VGPRs), which
+is all a VGPR cap could keep: LLVM clamps a request for more waves to those.
 """
 
 from __future__ import annotations
@@ -351,6 +353,8 @@ def body(ctx: SIMTContext, args: list[ir.Argument], dtype: str, cfg: Mapping[str
     issue = inst.issuer(ctx, (w.lo, w.hi), w.warp, cfg["WM"] * cfg["WN"])
     if inst.convention == "nvptx":
         nv.min_blocks_per_multiprocessor(b.function, max(1, 65536 // (MAX_REGISTERS * w.threads)))
+    else:  # the waves its LDS allows: their VGPRs (gfx942: two waves, 256), no cap below them
+        nv.ask_lds_occupancy(b.function)
     # One uniform choice per kernel: 16-byte pieces where every row starts 16-byte aligned.
     addresses = b.or_(b.ptrtoint(a, I64), b.ptrtoint(bmat, I64))
     aligned = b.and_(
