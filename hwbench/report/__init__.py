@@ -21,6 +21,7 @@ from hwbench.report.burn import burn_sections
 from hwbench.report.data import Run, rows
 from hwbench.report.summary import summary
 from hwbench.report.tco import tco_sections
+from hwbench.report.train import train_sections
 
 
 def build(
@@ -48,6 +49,7 @@ def build(
         "allreduce": sections.allreduce(found, loaded),
         "parity": sections.parity(found),
         "compile": sections.compile_section(loaded),
+        **train_sections(loaded),
         **burn_sections(loaded),
         **fleet.section(loaded),
         **tco_sections(tco, loaded, catalog),

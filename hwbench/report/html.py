@@ -54,6 +54,7 @@ SECTIONS = (
     ("allreduce", "AllReduce"),
     ("parity", "Parity"),
     ("compile", "Compile"),
+    ("train", "Training"),
     ("burn", "Burn"),
     ("fleet", "Fleet"),
     ("tco", "TCO"),
