@@ -287,8 +287,12 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-#: One SASS instruction: its address, optional predicate, opcode with modifiers, operands.
-_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\b([^;]*);")
+#: One SASS instruction: its address, optional predicate, opcode with modifiers (shapes such as
+#: ``64x128x32`` among them), operands.
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][\w.]*)([^;]*);")
+#: A tensor-core opcode (without modifiers): ``mma.sync`` (HMMA, IMMA, QMMA, DMMA, BMMA), ``wgmma``
+#: (HGMMA, IGMMA, QGMMA, BGMMA) and ``tcgen05.mma`` (UTCHMMA, UTCQMMA, ...).
+SASS_TENSOR = re.compile(r"(?:UTC)?[BDHIOQ]G?MMA(?=\.|$)")
 _AMD_BRANCH = re.compile(r"^\s*s_(?:cbranch_\w+|branch)\s+(\.\w+)")
 _AMD_LABEL = re.compile(r"^(\.\w+):")
 _AMD_OP = re.compile(r"^\s*([a-z][a-z0-9_]*)\b")
@@ -314,7 +318,7 @@ def _innermost(loops: list[list[str]], tensor: re.Pattern[str]) -> list[str]:
 
 def sass_main_loop(sass: str) -> list[str]:
     """The opcodes of the main loop: of the spans from a backward branch's target to the branch,
-    the one with the most ``HMMA`` (the first where several have as many)."""
+    the one with the most tensor-core instructions (:data:`SASS_TENSOR`; the first on a tie)."""
     code = sass_instructions(sass)
     loops = []
     for addr, op, operands in code:
@@ -322,7 +326,7 @@ def sass_main_loop(sass: str) -> list[str]:
         if op.startswith("BRA") and target and target.group(1) and int(target.group(1), 16) <= addr:
             start = int(target.group(1), 16)
             loops.append([o for a, o, _ in code if start <= a <= addr])
-    return _innermost(loops, re.compile(r"HMMA|HGMMA"))
+    return _innermost(loops, SASS_TENSOR)
 
 
 def _sass_width(op: str) -> int:
@@ -347,7 +351,7 @@ def sass_counts(ops: list[str]) -> dict[str, Any]:
     out.update(
         async_copies=first.count("LDGSTS"),
         fragment_loads=first.count("LDSM"),
-        tensor_ops=sum(first.count(op) for op in ("HMMA", "HGMMA")),
+        tensor_ops=sum(1 for op in first if SASS_TENSOR.match(op)),
         barriers=sum(1 for op in ops if op.startswith("BAR.SYNC") or op == "BAR"),
         spill_traffic=first.count("LDL") + first.count("STL"),
     )

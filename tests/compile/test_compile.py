@@ -13,14 +13,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 
 from hwbench.compile.stats import amdgcn_stats, short_form, tensor_core_counts
 from hwbench.results.files import validate
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'hwbench[cpu]')")
+needs.module("triton")
+needs.module("llvmlite")
 
 TARGETS = ("sm_90", "gfx942")
 
@@ -197,6 +198,42 @@ def test_ptx_tensor_core_counter() -> None:
         "\twgmma.fence.sync.aligned;\n// mma.sync in a comment\n"
     )
     assert tensor_core_counts(ptx) == {"mma": 1, "wgmma": 1, "mfma": 0}
+
+
+#: ``cuobjdump -sass`` lines of Triton 3.9's sm_90 GEMMs (fp8 ``QGMMA``, int8 ``IGMMA``, bf16 ``HGMMA``):
+#: a first loop without tensor-core instructions, then the main loop (the padding ``@!PT`` not run).
+SASS = """
+        /*0380*/                   LDG.E.128 R4, desc[UR6][R2.64] ;                             /* 0x0000000602047981 */
+        /*0390*/                   IMAD.X R3, RZ, RZ, R5, P0 ;                                  /* 0x000000ffff037224 */
+        /*03a0*/              @!P0 BRA 0x380 ;                                                  /* 0xfffffff400e88947 */
+        /*2610*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR20+0x30000], R35 ;     /* 0x03000023ff0075a7 */
+        /*2620*/                   WARPGROUP.ARRIVE ;                                           /* 0x00000000000079c5 */
+        /*2630*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR16], RZ, !UPT ;   /* 0x01e00000101879f3 */
+        /*2640*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24, gsb0 ;  /* 0x01e00000101879f3 */
+        /*2650*/                   IGMMA.64x128x32.S8.S8 R88, gdesc[UR20], R88 ;                /* 0x03600000145879f1 */
+        /*2660*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8].tnspB, R24 ;        /* 0x41e00000081879f0 */
+        /*2670*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;                              /* 0x00008000000079c5 */
+        /*2680*/                   @UP0 UTMALDG.2D [UR36], [UR16] ;                             /* 0x00000024100005b4 */
+        /*2690*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;                                /* 0x0000000000007b1d */
+        /*26a0*/               @P0 BRA 0x2610 ;                                                 /* 0xffffffe400fc0947 */
+        /*26b0*/                  @!PT LDS RZ, [RZ] ;                                           /* 0x00000000fffff984 */
+        /*26c0*/                   BRA 0x26c0;                                                  /* 0xfffffffc00fc7947 */
+"""
+
+
+def test_the_sass_main_loop_is_the_one_with_wgmma_of_every_type_and_keeps_whole_opcodes() -> None:
+    from hwbench.compile.stats import sass_counts, sass_instructions, sass_main_loop
+
+    ops = [op for _, op, _ in sass_instructions(SASS)]
+    assert "IMAD.X" in ops and "HGMMA.64x256x16.F32.BF16" in ops and "LDS" not in ops
+    loop = sass_main_loop(SASS)
+    assert loop[0] == "SYNCS.PHASECHK.TRANS64.TRYWAIT" and loop[-1] == "BRA", loop
+    assert loop.count("QGMMA.64x128x32.F32.E4M3.E4M3") == 2 and "IGMMA.64x128x32.S8.S8" in loop, loop
+    counts = sass_counts(loop)
+    assert counts["tensor_ops"] == 4 and counts["global_loads"] == {} and counts["barriers"] == 1, counts
+    fp8_only = "\n".join(line for line in SASS.splitlines() if "HGMMA" not in line)
+    assert sass_main_loop(fp8_only) == [op for op in loop if not op.startswith("HGMMA")]  # not the first loop
+    assert sass_counts(["HMMA.16816.F32.BF16", "IMMA.16832.S8.S8", "UTCQMMA", "HMNMX2", "DMUL"])["tensor_ops"] == 3
 
 
 def test_ptxas_parser_on_real_ptx(tmp_path: Path) -> None:

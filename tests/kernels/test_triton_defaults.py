@@ -20,9 +20,10 @@ import sys
 import textwrap
 from typing import Any
 
+import needs
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
+needs.module("triton")
 
 from hwbench.core.dtypes import gpu_unsupported  # noqa: E402
 from hwbench.core.kernel import get_kernel  # noqa: E402
@@ -149,3 +150,40 @@ def test_default_configuration_does_not_spill(records: dict, arch: str, kernel: 
         assert r["vgpr_spills"] == 0 and r["private_bytes"] == 0, where  # no VGPR spills, no scratch
         assert r["registers"] and r["registers"] <= 512, where
     assert r["spilled"] is False, where
+
+
+#: The sm_90 GEMM variants whose main loop is a wgmma of an 8-bit type, and its SASS opcode.
+WGMMA_8BIT = {"gemm_fp8": "QGMMA.64x128x32.F32.E4M3.E4M3", "gemm_fp8_tma": "QGMMA.64x128x32.F32.E4M3.E4M3"}
+WGMMA_8BIT["gemm_int8"] = "IGMMA.64x128x32.S8.S8"
+
+
+@pytest.mark.parametrize("variant", sorted(WGMMA_8BIT))
+def test_the_sass_main_loop_of_an_8_bit_gemm_is_its_wgmma_loop(
+    variant: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real ``cuobjdump -sass`` of the fp8 and int8 GEMMs (compile-only, Triton's own ptxas and
+    cuobjdump): the main loop found is the one with their QGMMA / IGMMA, whole opcodes."""
+    from hwbench.compile.stats import (
+        compile_variant,
+        find_cuobjdump,
+        find_ptxas,
+        sass_counts,
+        sass_main_loop,
+        triton_target,
+    )
+
+    ptxas = find_ptxas(True, "sm_90")
+    cuobjdump = find_cuobjdump(ptxas) if ptxas else None
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump beside ptxas or on PATH (Triton's wheel ships one)")
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    found = [v for v in get_kernel("gemm").source_module("triton").compile_variants("sm_90") if v["name"] == variant]
+    assert found, variant
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(compile_variant(found[0], triton_target("sm_90")).asm["cubin"])
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    loop = sass_main_loop(sass)
+    wgmma = [op for op in loop if op.split(".")[0] in ("QGMMA", "IGMMA", "HGMMA")]
+    assert wgmma and set(wgmma) == {WGMMA_8BIT[variant]}, sorted(set(loop))
+    counts = sass_counts(loop)
+    assert counts["tensor_ops"] == len(wgmma) and counts["spill_traffic"] == 0, counts
