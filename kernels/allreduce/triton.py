@@ -31,6 +31,7 @@ Importing this module imports Triton: only GPU backends, tests and ``hwbench com
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,12 @@ DTYPES = ("fp32", "fp16", "bf16")
 MAX_RANKS = 8
 BLOCK = 2048
 NUM_WARPS = 8
+#: Warps a program where :data:`NUM_WARPS` spills, by (architecture, dtype): fp16 on sm_80, where
+#: ptxas 12.9+ (Triton 3.9) keeps 48 registers at 8 warps and spills 8 B of a signal-pad address
+#: across a call it inserts; at 4 warps 116 registers and none, each thread's loads still 16 bytes.
+FEWER_WARPS = {("sm_80", "fp16"): 4}
+#: hwbench's dtype names of the torch dtypes an output may have.
+_DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
 #: Signal slots each program uses per peer: one before reading, one after writing.
 PHASES = 2
 CLOCKS = {"spins": 0, "globaltimer": 1, "memrealtime": 2}
@@ -262,7 +269,7 @@ def arguments(
         "IN_PLACE": in_place,
         "BLOCK": block,
         "CLOCK": clock,
-        "num_warps": NUM_WARPS,
+        "num_warps": warps_for(out_local),
     }
     return args, constexprs
 
@@ -357,6 +364,32 @@ def co_resident(programs: int, props: Any, footprint: Mapping[str, int]) -> str:
     )
 
 
+def num_warps(arch: str, dtype: str) -> int:
+    """Warps a program of ``dtype`` on ``arch`` (``sm_80``, ``gfx942``): :data:`NUM_WARPS` but where
+    :data:`FEWER_WARPS` says."""
+    return FEWER_WARPS.get((arch, dtype), NUM_WARPS)
+
+
+@functools.cache
+def _cuda_arch(index: int) -> str:
+    import torch  # only where an output is a CUDA tensor
+
+    if getattr(torch.version, "hip", None):
+        return str(getattr(torch.cuda.get_device_properties(index), "gcnArchName", "gfx")).split(":")[0]
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"
+
+
+def warps_for(out_local: Any) -> int:
+    """:func:`num_warps` for an output tensor: its dtype on its device's architecture (a tensor on
+    no GPU, as under the interpreter, gets :data:`NUM_WARPS`)."""
+    device = getattr(out_local, "device", None)
+    dtype = _DTYPE_NAMES.get(str(getattr(out_local, "dtype", "")))
+    if dtype is None or getattr(device, "type", "") != "cuda":
+        return NUM_WARPS
+    return num_warps(_cuda_arch(device.index or 0), dtype)
+
+
 def clock_for(arch: str) -> int:
     """What bounds a wait on ``arch``: AMD's real-time counter on ``gfx*``, NVIDIA's global timer else."""
     return CLOCKS["memrealtime"] if arch.startswith("gfx") else CLOCKS["globaltimer"]
@@ -366,6 +399,7 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
     """Ahead-of-time variants (``triton.compiler.ASTSource`` arguments) for ``hwbench compile`` and tests."""
     variants = []
     for dtype in DTYPES:
+        warps = num_warps(arch, dtype)
         for oneshot in (True, False):
             signature = {
                 "in_ptrs": "i64",
@@ -394,8 +428,8 @@ def compile_variants(arch: str) -> list[dict[str, Any]]:
                     "fn": allreduce_kernel,
                     "signature": signature,
                     "constexprs": constexprs,
-                    "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "ONESHOT": oneshot, "num_warps": NUM_WARPS},
-                    "options": {"num_warps": NUM_WARPS},
+                    "config": {"BLOCK": BLOCK, "NRANKS": MAX_RANKS, "ONESHOT": oneshot, "num_warps": warps},
+                    "options": {"num_warps": warps},
                 }
             )
     return variants

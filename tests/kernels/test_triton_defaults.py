@@ -55,13 +55,9 @@ def _variants(arch: str) -> list[tuple[str, str]]:
 
 
 #: Default configurations known to spill, with the Triton versions they spill on: a strict xfail
-#: there, so the test says when a Triton or a fix makes them clean.
-KNOWN_SPILLS = {
-    ("sm_80", "allreduce_twoshot_fp16_r8"): (
-        (3, 9),
-        "8 B: ptxas 12.9 spills one signal-pad address across a call it inserts (Triton 3.6 does not)",
-    ),
-}
+#: there, so the test says when a Triton or a fix makes them clean. None now: the sm_80 fp16
+#: two-shot AllReduce (8 B with Triton 3.9 at 8 warps) runs 4 (``FEWER_WARPS``).
+KNOWN_SPILLS: dict[tuple[str, str], tuple[tuple[int, int], str]] = {}
 
 
 def _triton_version() -> tuple[int, int]:
@@ -187,3 +183,25 @@ def test_the_sass_main_loop_of_an_8_bit_gemm_is_its_wgmma_loop(
     assert wgmma and set(wgmma) == {WGMMA_8BIT[variant]}, sorted(set(loop))
     counts = sass_counts(loop)
     assert counts["tensor_ops"] == len(wgmma) and counts["spill_traffic"] == 0, counts
+
+
+def test_the_allreduce_runs_fewer_warps_only_where_eight_spill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp16 on sm_80 at 4 warps (8 spilled 8 B with Triton 3.9), every other dtype and target at 8;
+    a launch reads its warps from the output's dtype and device, as its compile variant has them."""
+    from types import SimpleNamespace
+
+    from hwbench.kernels.allreduce import triton as ar
+
+    for arch in TARGETS:
+        for variant in ar.compile_variants(arch):
+            warps = 4 if (arch, variant["dtype"]) == ("sm_80", "fp16") else 8
+            assert variant["options"]["num_warps"] == variant["config"]["num_warps"] == warps, (arch, variant["name"])
+    cpu = SimpleNamespace(dtype="torch.float16", device=SimpleNamespace(type="cpu", index=None))
+    assert ar.warps_for(cpu) == ar.NUM_WARPS == 8 and ar.warps_for(object()) == 8
+    gpu = SimpleNamespace(dtype="torch.float16", device=SimpleNamespace(type="cuda", index=0))
+    for arch, warps in (("sm_80", 4), ("sm_90", 8), ("gfx942", 8)):
+        monkeypatch.setattr(ar, "_cuda_arch", lambda index, arch=arch: arch)
+        assert ar.warps_for(gpu) == warps, arch
+    bf16 = SimpleNamespace(dtype="torch.bfloat16", device=gpu.device)
+    monkeypatch.setattr(ar, "_cuda_arch", lambda index: "sm_80")
+    assert ar.warps_for(bf16) == 8
