@@ -387,7 +387,7 @@ def warps_for(out_local: Any) -> int:
     dtype = _DTYPE_NAMES.get(str(getattr(out_local, "dtype", "")))
     if dtype is None or getattr(device, "type", "") != "cuda":
         return NUM_WARPS
-    return num_warps(_cuda_arch(device.index or 0), dtype)
+    return num_warps(_cuda_arch(getattr(device, "index", None) or 0), dtype)
 
 
 def clock_for(arch: str) -> int:
