@@ -123,8 +123,12 @@ def _sass_tools() -> tuple[str, str]:
     return ptxas, cuobjdump
 
 
-#: Not yet: under the 128-register cap these spill a little with Triton's ptxas (sm_90 fp16 4 bytes,
-#: sm_80 bf16 16 stored / 36 loaded); strict, so the day they stop spilling says so.
+#: Not yet: under the 128-register cap these spill a little with Triton's ptxas (sm_90 fp16 4 bytes
+#: across the plain path's call, sm_80 bf16 16 stored / 36 loaded: C's i64 address parts held from
+#: the entry through the K loop); strict, so the day they stop spilling says so. Uncapped they take
+#: 144-148 registers; ``.maxnreg 128`` for ``.minnctapersm 2``, other warp tilings (4x2 of 2x8, 1x8,
+#: 8x1), TK 16 or ST 3, C's addresses in 32 bits or from re-read special registers each moved the
+#: spills between dtypes and architectures (up to 156 bytes) without clearing all four.
 _SPILLS = pytest.mark.xfail(strict=True, reason="spills under the 128-register cap with Triton's ptxas")
 
 
