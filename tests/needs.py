@@ -16,9 +16,19 @@ marker of its own. The markers (registered in ``pyproject.toml``):
 ``bash ci/test.sh --fast`` runs ``-m "not slow and not cluster and not gpu and not opencl and not
 serial"``: the edit-test loop. The full suite runs everything: the cluster and serial tests one at a
 time, the rest two at a time (pytest-xdist).
+
+What a test needs installed, in one place too: a test that needs an optional module calls
+``needs.module(name)`` (never ``pytest.importorskip`` itself), which skips it, when the module is
+missing, with what installs it from ``INSTALLS`` (the pyproject extra, or the package when no
+extra has it). ``tests/project/test_needs.py`` keeps both: no other file calls importorskip, and
+every module asked for has its line here.
 """
 
 from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
 
 #: Test module (its file name without ``.py``) -> its markers.
 MODULES: dict[str, tuple[str, ...]] = {
@@ -29,6 +39,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "test_collective_cleanup": ("cluster",),
     "test_slurm": ("cluster",),
     "test_k8s_manifest": ("cluster",),
+    "test_drill": ("cluster",),
+    "test_drill_slurm": ("cluster",),
     "test_compile": ("gpu", "slow"),
     "test_triton_codegen": ("gpu", "slow"),
     "test_triton_kernels": ("gpu",),
@@ -61,6 +73,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "test_pytest_plugin": ("slow", "serial"),
     "test_worker": ("slow",),
     "test_extending": ("slow", "opencl"),
+    "test_train_cli": ("slow",),
 }
 
 #: Single tests (a node id's start, ``module::name``) slower than the rest of their module.
@@ -90,3 +103,46 @@ def markers_of(module: str, name: str) -> tuple[str, ...]:
         if f"{module}::{name}".startswith(key):
             found += marks
     return tuple(dict.fromkeys(found))
+
+
+#: Optional module (or package: its submodules share its line) -> what installs it. hwbench's own
+#: dependencies (NumPy, ml_dtypes) are never missing and have no line.
+INSTALLS: dict[str, str] = {
+    "llvmlite": "pip install -e '.[cpu]'",
+    "torch": "pip install -e '.[torch]' (or '.[cuda]', '.[rocm]')",
+    "triton": "pip install -e '.[gpu-compile]' (or '.[cuda]', '.[rocm]')",
+    "pyopencl": "pip install -e '.[opencl]'",
+    "jsonschema": "pip install -e '.[test]'",
+    "websocket": "pip install -e '.[test]' (websocket-client)",
+    "yaml": "pip install -e '.[test]' (pyyaml)",
+    "scipy": "pip install scipy (in no extra: only a test's cross-check uses it)",
+    "pandas": "pip install pandas (in no extra: hwbench's rows feed it, hwbench does not import it)",
+}
+
+
+def install_hint(name: str) -> str:
+    """What installs the module ``name``: the line of ``INSTALLS`` for it or the nearest package above it.
+
+    Raises ``LookupError`` for a module the table lacks, so that a test asking for a new one adds its line.
+    """
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        hint = INSTALLS.get(".".join(parts[:end]))
+        if hint is not None:
+            return hint
+    raise LookupError(f"{name!r} has no line in tests/needs.py INSTALLS: add what installs it")
+
+
+def module(name: str, why: str | None = None, *, minversion: str | None = None) -> ModuleType:
+    """The module ``name`` imported, or the calling test (or test module) skipped with what installs it.
+
+    ``why`` says what the test needs it for where that is not plain; ``minversion`` skips as
+    ``pytest.importorskip`` does when the module's ``__version__`` is older.
+    """
+    __tracebackhide__ = True  # a skip is reported at the line of the test that asked
+    hint = install_hint(name)
+    because = f" ({why})" if why else ""
+    imported: ModuleType = pytest.importorskip(
+        name, minversion=minversion, reason=f"{name} is not installed{because}: {hint}"
+    )
+    return imported

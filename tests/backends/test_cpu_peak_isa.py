@@ -14,13 +14,14 @@ import platform
 import re
 from typing import Any
 
+import needs
 import pytest
 
 from hwbench.core.errors import UserError
 from hwbench.decide.catalog import Catalog
 from hwbench.results.derive import add_metrics
 
-pytest.importorskip("llvmlite", reason="llvmlite is not installed")
+needs.module("llvmlite")
 import llvmlite.binding as llvm  # noqa: E402
 from machine_code import stack_traffic  # noqa: E402
 from synthetic_results import device, document, record  # noqa: E402

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 
@@ -115,7 +116,7 @@ def test_importing_gpu_backends_loads_no_sdk() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_gpu_targets_get_the_work_group_kernels(arch: str) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.attention import llvm as attn
     from hwbench.kernels.gemm import llvm as gemm
     from hwbench.kernels.llvmir.gpu import target_for

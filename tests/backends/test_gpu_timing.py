@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import needs
 import pytest
 
 from hwbench.backends.torch_gpu import (
@@ -164,7 +165,7 @@ def test_measure_records_the_method_and_kernel_time_alone() -> None:
 def test_the_flush_covers_the_last_level_cache(
     name: str, l2: int, flushed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    torch = pytest.importorskip("torch")
+    torch = needs.module("torch")
     backend = get_backend("rocm" if "AMD" in name else "cuda")
     props = SimpleNamespace(name=name, L2_cache_size=l2, warp_size=32, shared_memory_per_block=0, major=9, minor=0)
     props.multi_processor_count = 132

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 from conftest import TESTS, hwbench_cmd
@@ -134,7 +135,7 @@ def test_skip_reasons_name_the_missing_extension_or_il() -> None:
     assert "lacks cl_khr_fp16" in backend.supports(_impl(backend, "attention", "opencl"), "fp16", bare).reason
     assert backend.supports(_impl(backend, "gemm", "opencl"), "fp32", bare).ok
     assert "no bf16 variant" in backend.supports(_impl(backend, "gemm", "opencl"), "bf16", bare).reason
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     reason = backend.supports(_impl(backend, "gemm", "llvm"), "fp32", bare).reason
     assert reason.startswith("device takes no IL (CL_DEVICE_IL_VERSION empty)") and "module builds" in reason
     old = backend.supports(_impl(backend, "gemm", "llvm"), "fp32", _fake_device([], ["SPIR-V_1.2"]))
@@ -156,7 +157,7 @@ def test_clblast_skip_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> No
 def test_pocl_takes_no_il_so_llvm_cases_are_skipped(device: DeviceInfo) -> None:
     if device.extra["il_versions"]:
         pytest.skip(f"{device.name} takes IL ({' '.join(device.extra['il_versions'])})")
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     record = _run("gemm", "llvm", "fp32", {"M": 8, "N": 8, "K": 8})
     assert record["status"] == "skipped"
     assert record["reason"].startswith("device takes no IL (CL_DEVICE_IL_VERSION empty)")
@@ -275,7 +276,7 @@ def test_first_error_line_picks_the_error() -> None:
 
 @pytest.fixture(scope="module")
 def spirv_modules():
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.llvmir.simt import DeviceLimits
     from hwbench.kernels.llvmir.spirv import SPIRVTarget, build_spirv
 
@@ -312,7 +313,7 @@ def test_spirv_modules_validate(spirv_modules, tmp_path) -> None:
 
 
 def test_spirv_kernels_are_work_groups_with_local_memory_and_barriers() -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.gemm import llvm as gemm_llvm
     from hwbench.kernels.llvmir.simt import DeviceLimits
     from hwbench.kernels.llvmir.spirv import SPIRVTarget
@@ -326,7 +327,7 @@ def test_spirv_kernels_are_work_groups_with_local_memory_and_barriers() -> None:
 
 
 def test_an_invalid_spirv_module_is_rebuilt_in_a_fresh_process(monkeypatch) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     monkeypatch.setenv("HWBENCH_BINARY_CACHE", "0")  # each build here must lower, not load a kept module
     from hwbench.kernels.llvmir import spirv
 
@@ -496,7 +497,7 @@ def test_a_native_known_to_miss_the_tolerance_runs_that_dtype_only_when_asked() 
 
 def test_the_native_baseline_is_not_one_known_to_miss_the_dtypes_tolerance() -> None:
     """CLBlast is the opencl GEMM baseline, but not for fp16, where it sums in fp16."""
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     from hwbench.run.case import CaseRequest, Pipeline
 
     pipeline = Pipeline()

@@ -18,6 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 
@@ -231,7 +232,7 @@ def test_hwbench_list_says_how_to_add_intel(tmp_path: Path) -> None:
 
 @needs_x86
 def test_a_process_whose_loader_ran_is_left_alone(tmp_path: Path) -> None:
-    pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'hwbench[opencl]')")
+    needs.module("pyopencl")
     code = (
         "import json, os, pyopencl as cl\n"
         "try:\n    names = [p.name for p in cl.get_platforms()]\nexcept Exception as e:\n    names = None\n"

@@ -12,16 +12,17 @@ import sys
 import time
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 from conftest import hwbench_cmd
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.collective import pattern as patterns  # noqa: E402
 from hwbench.collective.shm import PREFIX, SHM_DIR, CollectiveError, Layout, Segment, ShmAllReduce, segment_name  # noqa: E402
 from hwbench.kernels.allreduce.llvm import load as load_kernels  # noqa: E402
-from hwbench.kernels.allreduce.llvm import slice_bounds
+from hwbench.kernels.allreduce.llvm import slice_bounds  # noqa: E402
 from hwbench.kernels.allreduce.spec import KERNEL  # noqa: E402
 from hwbench.results.files import validate  # noqa: E402
 
@@ -562,7 +563,7 @@ def _triton_env(tmp_path: Path, interpret: bool) -> dict[str, str]:
 
 
 def test_triton_allreduce_cross_compiles_for_nvidia_and_amd_without_a_trap(tmp_path: Path) -> None:
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
+    needs.module("triton")
     proc = subprocess.run(
         [sys.executable, "-c", TRITON_CROSS],
         capture_output=True,

@@ -12,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 from conftest import hwbench_cmd
 
-torch = pytest.importorskip("torch")
+torch = needs.module("torch")
 
 from hwbench.backends.cuda import CUDABackend  # noqa: E402
 from hwbench.backends.rocm import ROCmBackend  # noqa: E402
@@ -42,7 +43,7 @@ def test_fewer_than_two_gpus_is_a_skip_saying_so(monkeypatch: pytest.MonkeyPatch
     backend = CUDABackend()
     for impl in implementations(backend, "allreduce"):
         if impl.language == "triton" and sys.modules.get("triton") is None:
-            pytest.importorskip("triton")
+            needs.module("triton")
         verdict = support(impl, "fp32", backend.name)
         assert not verdict.ok and verdict.reason == f"needs at least 2 GPUs, found {count}"
 
@@ -158,14 +159,18 @@ def test_device_fill_and_check_are_exact(dtype: torch.dtype) -> None:
 
 
 def test_two_shot_slices_cover_the_message_once() -> None:
-    ar = pytest.importorskip("hwbench.kernels.allreduce.triton", reason="triton is not installed")
+    needs.module("triton")
+    from hwbench.kernels.allreduce import triton as ar
+
     for count, ranks, size in [(1, 8, 4), (100_003, 3, 2), (65536, 8, 4), (7, 2, 2)]:
         covered = [i for lo, hi in ar.slices(count, ranks, size) for i in range(lo, hi)]
         assert covered == list(range(count))
 
 
 def test_every_rank_gets_the_same_grid_within_the_signal_pad() -> None:
-    ar = pytest.importorskip("hwbench.kernels.allreduce.triton", reason="triton is not installed")
+    needs.module("triton")
+    from hwbench.kernels.allreduce import triton as ar
+
     programs = ar.max_programs(9216, 8)
     assert programs == 144 and ar.max_programs(2048, 8) == 32
     for count, ranks, size in [(1, 8, 4), (700, 3, 4), (100_003, 3, 2), (64 << 20, 8, 2)]:
@@ -243,7 +248,7 @@ print(repr(got), [p.exitcode for p in procs])
 
 
 def _symmetric(tmp_path: Path, mode: str) -> tuple[list, list[int]]:  # type: ignore[type-arg]
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[cuda]')")
+    needs.module("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path / "triton"))
     proc = subprocess.run([sys.executable, "-c", SYMMETRIC, mode], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -280,8 +285,10 @@ class _Handle:
 
 
 def _symm_impl(launches: list[dict[str, object]], err: int = 0) -> gpu.TritonSymmAllReduce:
-    ar = pytest.importorskip("hwbench.kernels.allreduce.triton", reason="triton is not installed")
+    needs.module("triton")
     from types import SimpleNamespace
+
+    from hwbench.kernels.allreduce import triton as ar
 
     impl = gpu.TritonSymmAllReduce.__new__(gpu.TritonSymmAllReduce)
     impl.world = SimpleNamespace(rank=1, local_rank=1, local_size=4, timeout_s=30.0)  # type: ignore[assignment]

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 from test_allreduce import _rank_processes, _run, _segments, needs_torch
@@ -17,7 +18,7 @@ from test_allreduce import _rank_processes, _run, _segments, needs_torch
 from hwbench.collective import mpi
 from hwbench.results.files import validate
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 needs_mpi = pytest.mark.skipif(bool(mpi.missing()), reason=mpi.missing() or "MPI is available")
 
 

@@ -16,9 +16,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("torch.distributed")
+needs.module("torch.distributed")
 
 RATE_MBIT = 200
 SUBNET = "10.231.77"

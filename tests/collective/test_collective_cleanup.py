@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 
@@ -115,8 +116,8 @@ def _ranks_of(marker: str) -> list[int]:
 
 
 def test_sigkill_of_the_run_kills_its_ranks_and_the_next_run_sweeps_what_it_left(tmp_path: Path) -> None:
-    pytest.importorskip("torch.distributed")
-    pytest.importorskip("llvmlite")
+    needs.module("torch.distributed")
+    needs.module("llvmlite")
     temp = tmp_path / "tmp"
     temp.mkdir()
     marker = f"sigkill{time.monotonic_ns()}"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 
@@ -99,7 +100,7 @@ print(c.cached, fn(21.0), "mulsd" in c.assembly() or "addsd" in c.assembly())
 
 
 def test_the_host_jit_takes_its_machine_code_from_the_cache_in_the_next_process(cache_dir: Path) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     env = dict(os.environ)
     first = subprocess.run([sys.executable, "-c", JIT_CHILD], env=env, capture_output=True, text=True, timeout=120)
     second = subprocess.run([sys.executable, "-c", JIT_CHILD], env=env, capture_output=True, text=True, timeout=120)
@@ -110,7 +111,7 @@ def test_the_host_jit_takes_its_machine_code_from_the_cache_in_the_next_process(
 
 
 def test_a_changed_module_is_compiled_anew(cache_dir: Path) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from llvmlite import ir
 
     from hwbench.kernels.llvmir.jit import compile_module
@@ -130,8 +131,8 @@ def test_a_changed_module_is_compiled_anew(cache_dir: Path) -> None:
 
 
 def test_an_opencl_program_is_built_from_its_kept_binary_and_computes_the_same(cache_dir: Path, monkeypatch) -> None:
-    pytest.importorskip("pyopencl")
-    pytest.importorskip("llvmlite")
+    needs.module("pyopencl")
+    needs.module("llvmlite")
     import pyopencl as cl
 
     from hwbench.backends import opencl

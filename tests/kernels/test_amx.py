@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import platform
 
+import needs
 import numpy as np
 import pytest
 
 from hwbench.core.registry import get_kernel
 from hwbench.run.parity import check
 
-pytest.importorskip("llvmlite", reason="llvmlite is not installed")
+needs.module("llvmlite")
 from hwbench.backends import cpu_dot_peak  # noqa: E402
 from hwbench.backends.cpu_peak import fma_units  # noqa: E402
 from hwbench.kernels.gemm import llvm  # noqa: E402
 from hwbench.kernels.gemm.cpu import amx as llvm_amx  # noqa: E402
-from hwbench.kernels.gemm.cpu import driver as llvm_driver
+from hwbench.kernels.gemm.cpu import driver as llvm_driver  # noqa: E402
 from hwbench.kernels.llvmir import cpu_launch  # noqa: E402
 from hwbench.kernels.llvmir import target as target_mod  # noqa: E402
 

@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 
+import needs
 import numpy as np
 import pytest
 from conftest import hwbench_cmd
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.core.errors import UserError  # noqa: E402
 from hwbench.kernels.llvmir import cpu_model, cpu_uarch  # noqa: E402

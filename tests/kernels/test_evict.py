@@ -9,6 +9,7 @@ import mmap
 import platform
 import time
 
+import needs
 import numpy as np
 import pytest
 
@@ -85,7 +86,7 @@ def test_held_regions_finds_the_arrays_a_call_holds() -> None:
 
 
 def test_held_regions_takes_a_cpu_tensors_storage() -> None:
-    torch = pytest.importorskip("torch")
+    torch = needs.module("torch")
     t = torch.ones(64, 8)
     view = t[:, 2]
     assert evict.region_of(view) == (t.untyped_storage().data_ptr(), 64 * 8 * 4)
@@ -158,7 +159,7 @@ def test_the_case_flush_costs_what_the_case_is_large_not_what_the_cache_is() -> 
 
 @x86
 def test_opencl_cpu_device_cases_flush_their_mapped_buffers() -> None:
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     from hwbench.backends.opencl_device import Enqueued, maps_own_memory
 
     opencl = get_backend("opencl")

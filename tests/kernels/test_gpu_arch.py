@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from types import SimpleNamespace
 
+import needs
 import pytest
 
 from hwbench.core.host import arch_of
@@ -57,7 +58,7 @@ def test_hip_arch_is_gcn_arch_name_without_its_features() -> None:
 
 @pytest.mark.parametrize(("props", "hip", "kind"), [(H200_ON_CUDA, False, "ptx"), (MI300X_ON_HIP, True, "amdgcn")])
 def test_the_arch_names_an_llvm_target(props: SimpleNamespace, hip: bool, kind: str) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.llvmir.gpu import target_for
 
     target = target_for(arch_of(props, hip))
@@ -67,7 +68,7 @@ def test_the_arch_names_an_llvm_target(props: SimpleNamespace, hip: bool, kind: 
 @pytest.fixture
 def fake_torch_gpu(monkeypatch: pytest.MonkeyPatch):
     """torch (the CPU build installed here) made to report one GPU of the given build."""
-    torch = pytest.importorskip("torch")
+    torch = needs.module("torch")
 
     def install(props: SimpleNamespace, cuda: str | None, hip: str | None) -> None:
         monkeypatch.setattr(torch.version, "cuda", cuda)
@@ -104,7 +105,7 @@ def test_rocm_backend_describes_an_mi300x_as_gfx942_and_records_its_features(
 def test_amdgcn_code_objects_are_version_5() -> None:
     """ELF e_ident[EI_ABIVERSION] is 3 for code object v5 (4 would be v6, LLVM 22's default), and
     the metadata note's amdhsa.version is [1, 2] (msgpack: 0x92 0x01 0x02)."""
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.gemm import llvm as gemm
     from hwbench.kernels.llvmir.gpu import find_linker, target_for
 

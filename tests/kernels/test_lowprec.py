@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 from conftest import hwbench_cmd
@@ -18,9 +19,11 @@ from hwbench.results.tables import row
 from hwbench.run.case import CaseRequest, CaseRunner
 from hwbench.run.parity import check
 
-llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.cpu.lowp", reason="llvmlite is not installed")
-llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.cpu.bf16", reason="llvmlite is not installed")
-target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
+needs.module("llvmlite")
+
+from hwbench.kernels.gemm.cpu import bf16 as llvm_bf16  # noqa: E402
+from hwbench.kernels.gemm.cpu import lowp as llvm_lowp  # noqa: E402
+from hwbench.kernels.llvmir import target as target_mod  # noqa: E402
 
 QUICK = {"warmup_s": 0.0, "budget_s": 0.01, "min_samples": 3}
 ODD = [

@@ -14,6 +14,8 @@ import sys
 import textwrap
 from typing import Any
 
+import ml_dtypes
+import needs
 import numpy as np
 import pytest
 
@@ -48,7 +50,6 @@ def test_fp8_is_e4m3_with_fp32_output_and_counted_as_flops() -> None:
 
 
 def test_fp8_inputs_stay_exact_in_both_e4m3_formats_after_their_scales() -> None:
-    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed (pip install ml_dtypes)")
     shape = {"M": 64, "N": 48, "K": 80}
     inputs = KERNEL.make_inputs(shape, "fp8", 5)
     for name, values in inputs.items():
@@ -150,14 +151,14 @@ def test_scaled_mm_is_called_as_each_release_takes_it(schema: str, fn: Any, has_
 
 
 def test_the_adapter_reads_this_torchs_schema() -> None:
-    torch = pytest.importorskip("torch", reason="torch is not installed")
+    torch = needs.module("torch")
     adapter = lowp_natives.scaled_mm_adapter(torch)
     assert {"scale_a", "scale_b", "out_dtype"} <= set(adapter.positional + adapter.keywords)
     assert not adapter.returns_pair
 
 
 def test_fp8_device_layout_scales_and_k_major_b() -> None:
-    torch = pytest.importorskip("torch", reason="torch is not installed")
+    torch = needs.module("torch")
     from hwbench.backends import torch_gpu_lowp
 
     inputs = KERNEL.make_inputs(ODD, "fp8", 1)
@@ -201,8 +202,8 @@ INTERPRETED = [("int8", "sm_90", 37, 45, 83), ("int8", "gfx942", 17, 8, 33), ("f
 
 
 def test_triton_fp8_and_int8_under_the_interpreter() -> None:
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-    pytest.importorskip("torch", reason="the Triton interpreter runs on torch CPU tensors; torch is not installed")
+    needs.module("triton")
+    needs.module("torch", "the Triton interpreter runs on torch CPU tensors")
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(INTERPRETED)], capture_output=True, text=True, env=env, timeout=600
@@ -217,7 +218,7 @@ def test_triton_fp8_and_int8_under_the_interpreter() -> None:
 
 
 def test_lowp_tuning_spaces_per_architecture() -> None:
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
+    needs.module("triton")
     from hwbench.kernels.gemm.gpu import triton as gemm_tt
 
     assert gemm_tt.tuning_space("sm_80", "fp8", ODD) == []
@@ -229,7 +230,7 @@ def test_lowp_tuning_spaces_per_architecture() -> None:
 
 
 def test_sm80_says_why_it_has_no_fp8_gemm() -> None:
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
+    needs.module("triton")
     from hwbench.compile import stats
     from hwbench.kernels.gemm.gpu import triton_lowp
 

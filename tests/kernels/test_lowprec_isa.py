@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import re
 
+import needs
 import numpy as np
 import pytest
 
@@ -14,12 +15,13 @@ from hwbench.core.errors import UserError
 from hwbench.kernels.gemm.spec import KERNEL as GEMM
 from hwbench.run.parity import check
 
-llvm_lowp = pytest.importorskip("hwbench.kernels.gemm.cpu.lowp", reason="llvmlite is not installed")
-llvm_bf16 = pytest.importorskip("hwbench.kernels.gemm.cpu.bf16", reason="llvmlite is not installed")
-llvm_driver = pytest.importorskip("hwbench.kernels.gemm.cpu.driver", reason="llvmlite is not installed")
-target_mod = pytest.importorskip("hwbench.kernels.llvmir.target", reason="llvmlite is not installed")
-cpu_model = pytest.importorskip("hwbench.kernels.llvmir.cpu_model", reason="llvmlite is not installed")
-jit = pytest.importorskip("hwbench.kernels.llvmir.jit", reason="llvmlite is not installed")
+needs.module("llvmlite")
+
+from hwbench.kernels.gemm.cpu import bf16 as llvm_bf16  # noqa: E402
+from hwbench.kernels.gemm.cpu import driver as llvm_driver  # noqa: E402
+from hwbench.kernels.gemm.cpu import lowp as llvm_lowp  # noqa: E402
+from hwbench.kernels.llvmir import cpu_model, jit  # noqa: E402
+from hwbench.kernels.llvmir import target as target_mod  # noqa: E402
 
 #: Levels as (name, ISA level, host features switched off): v4 once without its dot products.
 DOTS = ("avx512vnni", "avxvnni", "avx512bf16")

@@ -16,10 +16,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import needs
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.core.launch import OUTPUT  # noqa: E402
 from hwbench.kernels.attention import llvm as attention_llvm  # noqa: E402
@@ -35,7 +36,7 @@ U = {"fp32": 2.0**-24, "fp64": 2.0**-53}
 @pytest.fixture(scope="module")
 def il_device() -> Any:
     """(context, queue, limits) of the first OpenCL device that takes SPIR-V 1.4."""
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     import pyopencl as cl
 
     from hwbench.backends import opencl
@@ -276,7 +277,7 @@ def test_a_target_of_ones_own_gets_both_kernels(source: Any, tmp_path: Path) -> 
 
 
 def _il_index() -> int:
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     from hwbench.backends import opencl
     from hwbench.core.registry import get_backend
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import needs
 import numpy as np
 import pytest
 from conftest import hwbench_cmd
@@ -92,15 +93,15 @@ def _run_all(be: Any, device: Any, impl_name: str, sizes: tuple[int, ...] = SIZE
 def test_cpu_implementations_are_exact(impl: str) -> None:
     be = get_backend("cpu")
     if impl == "torch":
-        pytest.importorskip("torch")
+        needs.module("torch")
     if impl == "llvm":
-        pytest.importorskip("llvmlite")
+        needs.module("llvmlite")
     _run_all(be, be.devices()[0], impl)
 
 
 @pytest.mark.parametrize("nontemporal", [True, False])
 def test_llvm_both_store_kinds_are_exact(nontemporal: bool) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.kernels.llvmir import cpu_launch
     from hwbench.kernels.llvmir.target import host_target
     from hwbench.kernels.stream import llvm
@@ -158,8 +159,8 @@ print("exact")
 
 def test_triton_under_the_interpreter_is_exact(tmp_path: Path) -> None:
     """Every operation and dtype through Triton's interpreter (a child: it must be set before import)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("triton")
+    needs.module("torch")
+    needs.module("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0 and "exact" in done.stdout, done.stderr[-2000:]
@@ -168,7 +169,7 @@ def test_triton_under_the_interpreter_is_exact(tmp_path: Path) -> None:
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_triton_compiles_with_16_byte_loads(arch: str, tmp_path: Path) -> None:
     """Cross-compiled as ``hwbench compile`` does (no GPU): the elementwise kernels load 16 bytes at a time."""
-    pytest.importorskip("triton")
+    needs.module("triton")
     child = (
         "import json, sys\n"
         "from hwbench.compile.stats import compile_variant, triton_target\n"
@@ -196,7 +197,7 @@ def test_triton_compiles_with_16_byte_loads(arch: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nvptx_simt_form_assembles_without_spills(op: int, dtype: str, tmp_path: Path) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     import shutil
 
     from hwbench.kernels.llvmir.gpu import target_for
@@ -218,7 +219,7 @@ def test_nvptx_simt_form_assembles_without_spills(op: int, dtype: str, tmp_path:
 
 @pytest.mark.parametrize("op", [3, 4])
 def test_amdgcn_simt_form_compiles_without_spills(op: int) -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     from hwbench.compile.stats import amdgcn_stats
     from hwbench.kernels.llvmir.gpu import find_linker, target_for
     from hwbench.kernels.stream import llvm
@@ -308,7 +309,7 @@ def test_records_carry_gbps_and_share_of_memory_bandwidth() -> None:
 
 
 def test_pipeline_runs_a_case_with_the_exact_check() -> None:
-    pytest.importorskip("llvmlite")
+    needs.module("llvmlite")
     steps = Pipeline()
     case = steps.resolve(CaseRequest("stream", "llvm", "cpu", 0, "fp32", {"op": 4, "n": 1_000_003}))
     prepared = steps.prepare(case)

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from types import SimpleNamespace
 from typing import Any
 
+import needs
 import numpy as np
 import pytest
 
@@ -20,7 +21,7 @@ from hwbench.kernels.transfer.spec import D2D, D2H, H2D, KERNEL, MIB, PEER, PEER
 from hwbench.run import parity
 from hwbench.run.runner import Plan, plan_cases, runnable_kernels
 
-torch = pytest.importorskip("torch")
+torch = needs.module("torch")
 from hwbench.kernels.transfer import natives  # noqa: E402  (after the torch check: the copies are torch's)
 
 # --- the spec --------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-pytest.importorskip("torch", reason="Triton's JIT takes torch dtypes for its tensor arguments; torch is not installed")
+needs.module("triton")
+needs.module("torch", "Triton's JIT takes torch dtypes for its tensor arguments")
 
 import torch  # noqa: E402
 import triton  # noqa: E402

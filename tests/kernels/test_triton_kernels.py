@@ -17,10 +17,11 @@ import subprocess
 import sys
 import textwrap
 
+import needs
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-pytest.importorskip("torch", reason="the Triton interpreter runs on torch CPU tensors; torch is not installed")
+needs.module("triton")
+needs.module("torch", "the Triton interpreter runs on torch CPU tensors")
 
 GEMM_CASES = [
     ("fp16", 37, 45, 70),

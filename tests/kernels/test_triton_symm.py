@@ -10,10 +10,11 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
+import needs
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-torch = pytest.importorskip("torch")
+needs.module("triton")
+torch = needs.module("torch")
 
 from hwbench.collective import gpu  # noqa: E402
 from hwbench.collective.shm import CollectiveError  # noqa: E402

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from synthetic_results import document, record, write
 
@@ -653,7 +654,7 @@ def test_time_between_steps_comes_out_of_later_sections(tmp_path: Path) -> None:
 
 
 def test_sdpa_chooses_its_backend_inside_each_call_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
+    torch = needs.module("torch")
     import torch.nn.attention as attention
     from torch.nn.attention import SDPBackend
 

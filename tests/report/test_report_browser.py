@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 from hwbench.report import build
@@ -114,7 +115,7 @@ class Page:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Page]:
     """A headless Chromium tab, 1280x2000, with console, log and network events on."""
-    pytest.importorskip("websocket", reason="websocket-client is missing (pip install 'hwbench[test]')")
+    needs.module("websocket")
     profile = Path(tempfile.mkdtemp(prefix="hwbench-chromium-"))
     log = open(profile / "chromium.log", "wb")
     proc = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import needs
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -116,7 +117,7 @@ def test_ci_templates_parse_and_gate_on_regressions(name: str) -> None:
     import subprocess
     from pathlib import Path
 
-    yaml = pytest.importorskip("yaml", reason="pyyaml is missing (pip install 'hwbench[test]')")
+    yaml = needs.module("yaml")
     text = (Path(__file__).resolve().parents[2] / "ci" / name).read_text()
     doc = yaml.safe_load(text)
     scripts = _scripts(doc)

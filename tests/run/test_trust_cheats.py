@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import needs
 import numpy as np
 import pytest
 
@@ -234,7 +235,7 @@ def test_an_interrupted_collective_counts_the_cases_it_planned() -> None:
 def test_a_host_tensor_the_call_returns_is_cleared_so_bf16_torch_is_verified(tmp_path: Path) -> None:
     """torch's bf16 matmul on the CPU: ``result()`` widens a copy, so the cpu backend clears the
     returned tensor itself and the record's timed calls are verified."""
-    pytest.importorskip("torch", reason="torch is not installed")
+    needs.module("torch")
     out = tmp_path / "r.json"
     argv = ["run", "--backend", "cpu", "--kernel", "gemm", "--impl", "torch_matmul", "--dtype", "bf16"]
     assert main([*argv, "--shape", "gemm:M=48,N=40,K=32", "--budget", "0.02", "--quiet", "--out", str(out)]) == 0

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from synthetic_results import document, record, write
 
@@ -155,7 +156,7 @@ def test_show_csv_prints_the_same_rows(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_rows_make_a_pandas_frame(tmp_path: Path) -> None:
-    pd = pytest.importorskip("pandas", reason="pandas is not installed")
+    pd = needs.module("pandas")
     frame = pd.DataFrame(hwbench.results.rows(write(tmp_path / "run.json", _table_doc())))
     assert list(frame.columns) == list(COLUMNS) and len(frame) == 5
     assert frame[frame.status == "ok"].groupby("kernel").median_s.max()["gemm"] == 2e-3

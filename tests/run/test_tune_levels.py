@@ -10,10 +10,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import needs
 import pytest
 from conftest import hwbench_cmd
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.core.errors import UserError  # noqa: E402
 from hwbench.kernels.llvmir import cpu_model  # noqa: E402

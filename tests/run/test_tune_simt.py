@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.core.dtypes import DTYPE_BYTES  # noqa: E402
 from hwbench.core.registry import get_backend  # noqa: E402
@@ -89,7 +90,7 @@ def test_every_nvptx_candidate_lowers_to_ptx(dtype: str) -> None:
 @pytest.fixture
 def il_device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> int:
     """The index of the first OpenCL device taking SPIR-V 1.4, hwbench's cache in ``tmp_path``."""
-    pytest.importorskip("pyopencl")
+    needs.module("pyopencl")
     from hwbench.backends.opencl import takes_spirv
 
     monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path / "cache"))

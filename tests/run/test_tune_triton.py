@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 from hwbench.core.backend import DeviceInfo, Implementation
@@ -27,8 +28,8 @@ from hwbench.core.kernel import get_kernel
 from hwbench.core.registry import get_backend
 from hwbench.core.tuning import Entry, TuningStore
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'hwbench[gpu-compile]')")
-torch = pytest.importorskip("torch", reason="torch is not installed")
+needs.module("triton")
+torch = needs.module("torch")
 
 from test_gpu_arch import H200_ON_CUDA, MI300X_ON_HIP  # noqa: E402  (the fake devices as torch reports them)
 

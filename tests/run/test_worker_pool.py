@@ -6,9 +6,10 @@ import ctypes
 import threading
 import time
 
+import needs
 import pytest
 
-pytest.importorskip("llvmlite")
+needs.module("llvmlite")
 
 from hwbench.kernels.llvmir import spin  # noqa: E402
 from hwbench.kernels.llvmir.cpu_launch import WorkerPool  # noqa: E402
