@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "pp": "hwbench.cli.pp",
     "probe": "hwbench.cli.probe",
     "tco": "hwbench.cli.tco",
+    "train": "hwbench.cli.train",
+    "drill": "hwbench.cli.drill",
 }
 #: Subcommands whose ``--help`` does not show their module's docstring (it never has).
 PLAIN_HELP = frozenset({"list", "run", "show", "validate"})
