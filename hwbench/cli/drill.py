@@ -25,18 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hwbench.cli.options import add_out, add_quiet, emit, fresh_out, positive_seconds, to_stdout
-from hwbench.cli.train import add_model_options, check_model_options
+from hwbench.cli.options import add_out, add_quiet, emit, positive_seconds
+from hwbench.cli.train import add_model_options, checked_out, resolve_target
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.records import build_document, now
-from hwbench.results import files as results
 from hwbench.train.drill import DrillSetting, KillPoint, kill_point, run_drill
 from hwbench.train.launch import Launch, launch
 from hwbench.train.presets import get_preset
-from hwbench.train.session import Plan, Target, check_fits, data_folder, drill_job, write_data
+from hwbench.train.session import Plan, Target, check_fits, data_folder, drill_job, own_folder, write_data
 from hwbench.train.slurm import check_tools, slurm_launcher
-from hwbench.train.target import choose
 
 HELP = "kill a rank of a checkpointed training run; time to resume, steps lost, identical losses"
 EXIT_FAILED = 1
@@ -59,18 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per launch (default 900)")
     add_out(parser, "drill-HOST-TIME.json")
     add_quiet(parser)
-
-
-def checkpoint_folder(parent: Path) -> Path:
-    """A new folder of this drill's own in ``parent``; UserError when it cannot be written."""
-    if not parent.is_dir():
-        raise UserError(f"--checkpoint-dir {parent} is not a folder: give an existing, writable folder")
-    try:
-        return Path(tempfile.mkdtemp(prefix="hwbench-drill-", dir=parent))
-    except OSError as exc:
-        raise UserError(
-            f"--checkpoint-dir {parent} is not writable ({exc.strerror}): give a folder you can write"
-        ) from None
 
 
 def launcher_of(
@@ -97,16 +83,11 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--ranks must be at least 1, got {args.ranks}")
     if args.max_restarts < 1:
         raise UserError(f"--max-restarts must be at least 1 (the drill needs a restart), got {args.max_restarts}")
-    out = None if to_stdout(args.out) else fresh_out(args.out, "drill")
-    if out is not None:
-        results.check_writable(out)
+    out = checked_out(args, "drill")
     kill_point(args.seed, args.steps, args.checkpoint_every, args.ranks)  # its errors before anything starts
     if args.launcher == "slurm":
         check_tools()
-    if args.preset is not None:
-        get_preset(args.preset)  # an unknown name before the backend is described
-    target, entry = choose(args.backend)
-    check_model_options(args, target.kind)
+    target, entry = resolve_target(args)
     plan = Plan(
         get_preset(args.preset),
         args.dtype,
@@ -135,7 +116,9 @@ def main(args: argparse.Namespace) -> int:
     doc["backends"] = [entry]
     say = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     with tempfile.TemporaryDirectory(prefix="hwbench-drill-") as work:
-        checkpoints = checkpoint_folder(args.checkpoint_dir) if args.checkpoint_dir else Path(work) / "checkpoints"
+        checkpoints = Path(work) / "checkpoints"
+        if args.checkpoint_dir:
+            checkpoints = own_folder(args.checkpoint_dir, "--checkpoint-dir", "hwbench-drill-")
         checkpoints.mkdir(exist_ok=True)
         data = data_folder(args.data_dir or Path(work))
         try:

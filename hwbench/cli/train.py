@@ -27,10 +27,10 @@ from hwbench.cli.options import add_out, add_quiet, emit, fresh_out, positive_se
 from hwbench.core.errors import UserError
 from hwbench.core.host import describe_host
 from hwbench.core.records import build_document, now
-from hwbench.core.results_types import Record
+from hwbench.core.results_types import BackendEntry, Record
 from hwbench.results import files as results
 from hwbench.train.presets import DEFAULT_PRESET, PRESETS, get_preset
-from hwbench.train.session import Plan, run_plan
+from hwbench.train.session import Plan, Target, run_plan
 from hwbench.train.target import choose
 
 HELP = "train a small transformer: time to first step, tokens/s, MFU, memory, loss"
@@ -97,6 +97,24 @@ def check_model_options(args: argparse.Namespace, kind: str) -> None:
     seed(args.seed)
 
 
+def checked_out(args: argparse.Namespace, kind: str) -> Path | None:
+    """The results file ``--out`` names (None: stdout), checked writable before any work."""
+    out = None if to_stdout(args.out) else fresh_out(args.out, kind)
+    if out is not None:
+        results.check_writable(out)
+    return out
+
+
+def resolve_target(args: argparse.Namespace) -> tuple[Target, BackendEntry]:
+    """The backend's target and entry, the shared options checked (an unknown preset before the
+    backend is described) and their device-kind defaults filled."""
+    if args.preset is not None:
+        get_preset(args.preset)
+    target, entry = choose(args.backend)
+    check_model_options(args, target.kind)
+    return target, entry
+
+
 def summary_lines(records: list[Record]) -> list[str]:
     """One line per training record: its headline figures or why it failed."""
     lines = []
@@ -128,13 +146,8 @@ def main(args: argparse.Namespace) -> int:
     """Train every variant, write the results file, print the figures; 1 when a variant failed."""
     positive_seconds(args.timeout, "--timeout")
     ranks = parse_ranks(args.ranks)
-    out = None if to_stdout(args.out) else fresh_out(args.out, "train")
-    if out is not None:
-        results.check_writable(out)
-    if args.preset is not None:
-        get_preset(args.preset)  # an unknown name before the backend is described
-    target, entry = choose(args.backend)
-    check_model_options(args, target.kind)
+    out = checked_out(args, "train")
+    target, entry = resolve_target(args)
     plan = Plan(
         get_preset(args.preset),
         args.dtype,

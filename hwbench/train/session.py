@@ -74,14 +74,20 @@ def check_fits(preset: Preset, target: Target, ranks: int) -> None:
         )
 
 
+def own_folder(parent: Path, flag: str, prefix: str) -> Path:
+    """A new folder of this run's own inside the user's folder ``parent`` (given as ``flag``);
+    UserError when ``parent`` is not a folder or cannot be written."""
+    if not parent.is_dir():
+        raise UserError(f"{flag} {parent} is not a folder: give an existing, writable folder")
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    except OSError as exc:
+        raise UserError(f"{flag} {parent} is not writable ({exc.strerror}): give a folder you can write") from None
+
+
 def data_folder(parent: Path) -> Path:
     """A new folder of this run's own inside ``parent`` (the storage under test)."""
-    if not parent.is_dir():
-        raise UserError(f"--data-dir {parent} is not a folder: give an existing folder on the storage to test")
-    try:
-        return Path(tempfile.mkdtemp(prefix="hwbench-train-", dir=parent))
-    except OSError as exc:
-        raise UserError(f"--data-dir {parent} is not writable ({exc.strerror}): give a folder you can write") from None
+    return own_folder(parent, "--data-dir", "hwbench-train-")
 
 
 def write_data(folder: Path, plan: Plan) -> TrainData:

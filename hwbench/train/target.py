@@ -12,7 +12,6 @@ from hwbench.train.session import TORCH_DEVICE, Target
 
 #: Seconds allowed for describing a backend (as ``hwbench list`` allows).
 DESCRIBE_TIMEOUT_S = 120.0
-ACCELERATORS = ("gpu", "accelerator")
 
 
 def available_memory() -> int | None:
