@@ -19,6 +19,7 @@ whose loss does not fall below 0.9 x its first loss is parity_failed: it trained
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -108,6 +109,10 @@ def checked_out(args: argparse.Namespace, kind: str) -> Path | None:
 def resolve_target(args: argparse.Namespace) -> tuple[Target, BackendEntry]:
     """The backend's target and entry, the shared options checked (an unknown preset before the
     backend is described) and their device-kind defaults filled."""
+    if importlib.util.find_spec("torch") is None:
+        raise UserError(
+            "training needs torch, which is not installed: pip install torch==2.13.0 (a CPU build), then retry"
+        )
     if args.preset is not None:
         get_preset(args.preset)
     target, entry = choose(args.backend)

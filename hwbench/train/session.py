@@ -19,10 +19,10 @@ from typing import Any
 from hwbench.core.errors import UserError
 from hwbench.core.results_types import Record
 from hwbench.core.train_types import TrainData
-from hwbench.train.data import PHRASE_LEN, write_shards
 from hwbench.train.launch import cache_env, launch
 from hwbench.train.presets import Preset
 from hwbench.train.records import train_record
+from hwbench.train.shards import PHRASE_LEN, write_shards
 from hwbench.train.submit import scheduler_submit
 
 #: Shards the tokens are split into.

@@ -12,7 +12,8 @@ import pytest
 
 torch = needs.module("torch", "the training workload")
 
-from hwbench.train.data import PHRASE_LEN, StepSampler, TokenShards, loader, phrase_stream, write_shards  # noqa: E402
+from hwbench.train.data import StepSampler, TokenShards, loader  # noqa: E402
+from hwbench.train.shards import PHRASE_LEN, phrase_stream, write_shards  # noqa: E402
 
 
 def test_the_stream_is_seeded() -> None:

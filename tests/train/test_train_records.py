@@ -229,3 +229,16 @@ def test_a_drill_too_short_to_kill_after_a_checkpoint_is_one_line() -> None:
 
     with pytest.raises(UserError, match="--steps 6 leaves no step to kill after the first checkpoint"):
         kill_point(0, 6, 5, 2)
+
+
+def test_without_torch_training_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import importlib.util
+
+    from hwbench.cli.train import resolve_target
+    from hwbench.core.errors import UserError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(UserError, match="training needs torch, which is not installed: pip install torch==2.13.0"):
+        resolve_target(argparse.Namespace(preset=None, backend="cpu"))
