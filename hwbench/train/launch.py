@@ -14,13 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Seconds between two looks at the events files.
-POLL_S = 0.05
 #: How often torchrun's agent looks at its workers (its default is 0.1 s in recent versions).
 MONITOR_INTERVAL_S = 0.1
 #: Cache variables a cold run points at an empty folder and a warm one at a primed one.
@@ -96,10 +93,9 @@ def launch(
     max_restarts: int,
     timeout: float,
     env: dict[str, str],
-    watch: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> Launch:
     """Run ``job`` (its events go to ``folder``) on ``ranks`` ranks and wait for it, at most
-    ``timeout`` seconds; ``watch`` sees the events read so far while it runs (the drill's trigger)."""
+    ``timeout`` seconds."""
     job = {**job, "events_dir": str(folder)}
     job_path = folder / "job.json"
     job_path.write_text(json.dumps(job))
@@ -116,14 +112,9 @@ def launch(
             preexec_fn=_die_with_parent,
         )
     try:
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                result.timed_out = True
-                break
-            if watch is not None:
-                watch(read_events(folder))
-            time.sleep(POLL_S)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        result.timed_out = True
     finally:
         _kill_group(proc)
     result.returncode = proc.returncode
