@@ -227,4 +227,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every event is flushed as written and every checkpoint saved before main returns: leave at
+    # once, so that no interpreter teardown (gloo's, a loader's, a thread's) can hold the launcher.
+    os._exit(code)

@@ -68,6 +68,11 @@ def _node_line(slurmd: str) -> tuple[str, str]:
     return name, hardware or f"CPUs={os.cpu_count() or 1}"
 
 
+#: Seconds a job credential lives, and so how long a requeued job waits before it may start again
+#: (Slurm's default 120 s, most of the drill test's wall time): short here, where steps launch at once.
+CRED_EXPIRE_S = 15
+
+
 def _slurm_conf(folder: Path, node: str, hardware: str, user: str) -> str:
     return f"""\
 ClusterName=hwbenchtest
@@ -77,7 +82,7 @@ SlurmdUser={user}
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={folder}/munge.socket
+AuthInfo=socket={folder}/munge.socket,cred_expire={CRED_EXPIRE_S}
 StateSaveLocation={folder}/state
 SlurmdSpoolDir={folder}/spool
 SlurmctldPidFile={folder}/slurmctld.pid
