@@ -39,6 +39,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "test_collective_cleanup": ("cluster",),
     "test_slurm": ("cluster",),
     "test_k8s_manifest": ("cluster",),
+    "test_k8s_train_manifest": ("slow",),
     "test_drill": ("cluster",),
     "test_drill_slurm": ("cluster",),
     "test_compile": ("gpu", "slow"),

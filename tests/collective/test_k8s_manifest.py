@@ -11,18 +11,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import k8s_manifests as k8s
 import pytest
-import yaml
 
 from hwbench.results.files import load
 
-ROOT = Path(__file__).resolve().parents[2]
-JOB = ROOT / "ci" / "k8s" / "hwbench-job.yaml"
-PVC = ROOT / "ci" / "k8s" / "hwbench-pvc.yaml"
+JOB = k8s.K8S / "hwbench-job.yaml"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 VALUES = {
     "HWBENCH_IMAGE": "registry.example.com/hwbench:1.2.3",
@@ -35,68 +32,18 @@ VALUES = {
 }
 
 
-def _documented() -> list[str]:
-    """The parameters the header's envsubst command line substitutes."""
-    found = re.search(r"envsubst '([^']*)'", JOB.read_text())
-    assert found, "the header gives no envsubst command line"
-    return re.findall(r"\$\{(\w+)\}", found[1])
-
-
-def _envsubst(text: str, values: dict[str, str]) -> str:
-    """What ``envsubst '${A} ${B}'`` does: $A and ${A} of the listed names replaced, nothing else."""
-    names = "|".join(map(re.escape, values))
-    return re.sub(rf"\$(?:\{{({names})\}}|({names})\b)", lambda m: values[m[1] or m[2]], text)
-
-
 def _documents(values: dict[str, str] = VALUES) -> dict[str, dict[str, Any]]:
-    docs = list(yaml.safe_load_all(_envsubst(JOB.read_text(), {name: values[name] for name in _documented()})))
+    docs = k8s.substituted(JOB, values)
     assert all(doc["apiVersion"] == "batch/v1" and doc["kind"] == "Job" for doc in docs)
     by_role = {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in docs}
     assert set(by_role) == {"node", "fleet"} and len(docs) == 2
     return by_role
 
 
-def _pod(job: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = job["spec"]["template"]["spec"]
-    return spec
-
-
-def _containers(job: dict[str, Any]) -> list[dict[str, Any]]:
-    return [*_pod(job).get("initContainers", []), *_pod(job)["containers"]]
-
-
-def _claim() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(PVC.read_text())
-    assert doc["kind"] == "PersistentVolumeClaim"
-    return doc
-
-
-def _mount(job: dict[str, Any], container: dict[str, Any]) -> str:
-    """Where the container mounts the shared claim."""
-    claim = _claim()["metadata"]["name"]
-    volumes = [v["name"] for v in _pod(job)["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
-    assert len(volumes) == 1, f"{job['metadata']['name']}: no volume of claim {claim}"
-    mounts = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == volumes[0]]
-    assert len(mounts) == 1, f"{container['name']} does not mount the claim"
-    return str(mounts[0])
-
-
-def _env(container: dict[str, Any], node: str) -> dict[str, str]:
-    """The container's environment as the kubelet gives it (the downward API's node name: node)."""
-    env = {}
-    for item in container["env"]:
-        if "valueFrom" in item:
-            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-            env[item["name"]] = node
-        else:
-            env[item["name"]] = str(item["value"])
-    return env
-
-
 def test_every_parameter_is_documented_and_substituted() -> None:
     text = JOB.read_text()
     used = set(re.findall(r"\$\{(HWBENCH_\w+)\}", text))
-    assert used == set(_documented()) == set(VALUES)
+    assert used == set(k8s.documented(JOB)) == set(VALUES)
     header = text.split("apiVersion:", 1)[0]
     assert all(re.search(rf"^#\s+{name}\s", header, re.M) for name in used), "a parameter is not described"
     docs = json.dumps(list(_documents().values()))
@@ -104,16 +51,16 @@ def test_every_parameter_is_documented_and_substituted() -> None:
     assert "$JOB_COMPLETION_INDEX" in docs and "$RESULTS" in docs  # the pods' own variables are left alone
     envsubst = shutil.which("envsubst")
     if envsubst is not None:  # GNU gettext's, where installed, does the same
-        listed = " ".join(f"${{{name}}}" for name in _documented())
+        listed = " ".join(f"${{{name}}}" for name in k8s.documented(JOB))
         done = subprocess.run(
             [envsubst, listed], input=text, env={**os.environ, **VALUES}, capture_output=True, text=True
         )
-        assert done.returncode == 0 and done.stdout == _envsubst(text, VALUES)
+        assert done.returncode == 0 and done.stdout == k8s.envsubst(text, VALUES)
 
 
 def test_the_node_job_is_indexed_with_one_pod_per_node() -> None:
     job = _documents()["node"]
-    spec, pod = job["spec"], _pod(job)
+    spec, pod = job["spec"], k8s.pod(job)
     assert spec["completionMode"] == "Indexed"
     assert spec["parallelism"] == spec["completions"] == int(VALUES["HWBENCH_NODES"])
     # a failing node is not retried and does not stop the others
@@ -131,44 +78,20 @@ def test_the_node_job_is_indexed_with_one_pod_per_node() -> None:
 
 
 def test_results_go_to_a_shared_read_write_many_claim() -> None:
-    claim = _claim()
+    claim = k8s.claim()
     assert "ReadWriteMany" in claim["spec"]["accessModes"]
     for job in _documents().values():
-        for container in _containers(job):
-            mount = _mount(job, container)
-            results = _env(container, "n")["RESULTS"]
+        for container in k8s.containers(job):
+            mount = k8s.mount(job, container)
+            results = k8s.container_env(container, "n")["RESULTS"]
             assert results == f"{mount}/{VALUES['HWBENCH_RUN_ID']}", (container["name"], results)
 
 
 def test_the_image_is_the_parameter() -> None:
     text = JOB.read_text()
-    containers = [c for job in _documents().values() for c in _containers(job)]
+    containers = [c for job in _documents().values() for c in k8s.containers(job)]
     assert len(containers) == 3 and {c["image"] for c in containers} == {VALUES["HWBENCH_IMAGE"]}
     assert text.count("image: ${HWBENCH_IMAGE}") == len(containers)
-
-
-def _script(container: dict[str, Any]) -> list[str]:
-    command = [*container["command"], *container["args"]]
-    assert command[:2] == ["/bin/sh", "-c"] and len(command) == 3
-    return [shutil.which("sh") or "/bin/sh", "-c", command[2]]
-
-
-def _bin(tmp_path: Path) -> str:
-    """A folder with ``hwbench`` in it: this interpreter's own."""
-    here = Path(sys.executable).parent
-    if (here / "hwbench").exists():
-        return str(here)
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    (folder / "hwbench").write_text(f'#!/bin/sh\nexec {sys.executable} -m hwbench "$@"\n')
-    (folder / "hwbench").chmod(0o755)
-    return str(folder)
-
-
-def _local(container: dict[str, Any], mount: str, claim: Path, node: str, **extra: str) -> dict[str, str]:
-    env = _env(container, node)
-    env["RESULTS"] = str(claim / env["RESULTS"][len(mount) + 1 :])
-    return {**os.environ, **env, **extra}
 
 
 def test_the_pods_scripts_run_and_burn_into_the_claim_then_the_fleet(tmp_path: Path) -> None:
@@ -184,14 +107,14 @@ def test_the_pods_scripts_run_and_burn_into_the_claim_then_the_fleet(tmp_path: P
         "HWBENCH_BURN_DURATION": "1",
     }
     docs, claim = _documents(values), tmp_path / "claim"
-    path = os.pathsep.join([_bin(tmp_path), os.environ.get("PATH", "")])
+    path = os.pathsep.join([k8s.hwbench_bin(tmp_path), os.environ.get("PATH", "")])
     node = docs["node"]["spec"]["template"]["spec"]["containers"][0]
-    mount = _mount(docs["node"], node)
+    mount = k8s.mount(docs["node"], node)
     failing = {"RUN_ARGS": "--backend no-such-backend", "BURN_DURATION": "0"}
     pods = [
         subprocess.Popen(
-            _script(node),
-            env=_local(node, mount, claim, f"node-{index}", JOB_COMPLETION_INDEX=str(index), PATH=path, **extra),
+            k8s.script(node),
+            env=k8s.local_env(node, mount, claim, f"node-{index}", JOB_COMPLETION_INDEX=str(index), PATH=path, **extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -208,11 +131,15 @@ def test_the_pods_scripts_run_and_burn_into_the_claim_then_the_fleet(tmp_path: P
     assert load(run / "nodes" / f"burn-{tag}.json")["burn"][0]["status"] == "ok"
     assert [(run / "status" / str(i)).read_text() for i in (0, 1)] == ["0\n", "2\n"]
 
-    wait, fleet = _containers(docs["fleet"])
+    wait, fleet = k8s.containers(docs["fleet"])
     env = {"PATH": path, "WAIT_S": "0"}
-    done = subprocess.run(_script(wait), env=_local(wait, mount, claim, "n", **env), capture_output=True, text=True)
+    done = subprocess.run(
+        k8s.script(wait), env=k8s.local_env(wait, mount, claim, "n", **env), capture_output=True, text=True
+    )
     assert done.returncode == 0 and "not every node finished" in done.stderr, done.stderr
-    done = subprocess.run(_script(fleet), env=_local(fleet, mount, claim, "n", **env), capture_output=True, text=True)
+    done = subprocess.run(
+        k8s.script(fleet), env=k8s.local_env(fleet, mount, claim, "n", **env), capture_output=True, text=True
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "node index 1: status 2" in done.stderr and "node index 2: status missing" in done.stderr
     assert "node index 0" not in done.stderr
@@ -223,8 +150,4 @@ def test_the_pods_scripts_run_and_burn_into_the_claim_then_the_fleet(tmp_path: P
 @pytest.mark.parametrize("name", ["hwbench-job.yaml", "hwbench-pvc.yaml"])
 def test_manifests_are_plain_yaml(name: str) -> None:
     """No tabs, no aliases (every tool reads them alike), every document a mapping."""
-    text = (ROOT / "ci" / "k8s" / name).read_text()
-    assert "\t" not in text
-    events = list(yaml.parse(text))
-    assert not any(isinstance(event, yaml.AliasEvent) for event in events)
-    assert all(isinstance(doc, dict) for doc in yaml.safe_load_all(text))
+    k8s.assert_plain_yaml(k8s.K8S / name)
