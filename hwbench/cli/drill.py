@@ -44,8 +44,7 @@ LAUNCHERS = ("torchrun", "slurm")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hwbench drill``."""
     parser.add_argument("--backend", default="cpu", help="cpu, cuda or rocm (default cpu)")
-    add_model_options(parser)
-    parser.set_defaults(steps=30)
+    add_model_options(parser, steps=30)
     parser.add_argument("--ranks", type=int, default=2, help="ranks of the training (default 2)")
     parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints (default 5)")
     parser.add_argument(

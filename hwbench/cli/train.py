@@ -58,14 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet(parser)
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """The options ``train`` and ``drill`` share: the model, the data and the seed."""
+def add_model_options(parser: argparse.ArgumentParser, steps: int = 50) -> None:
+    """The options ``train`` and ``drill`` share: the model, the data and the seed (``steps``: the default)."""
     known = ", ".join(f"{p.name} ({p.about})" for p in PRESETS.values())
     parser.add_argument("--preset", default=None, help=f"model size (default: tiny on a CPU, small on a GPU): {known}")
     parser.add_argument(
         "--dtype", choices=DTYPES, default=None, help="fp32 or bf16 autocast (default: bf16 on GPUs, fp32 on CPUs)"
     )
-    parser.add_argument("--steps", type=int, default=50, help="optimizer steps per launch (default 50)")
+    parser.add_argument("--steps", type=int, default=steps, help=f"optimizer steps per launch (default {steps})")
     parser.add_argument(
         "--data-dir",
         type=Path,
