@@ -68,6 +68,8 @@ def main() -> int:
     try:
         caches = ("HWBENCH_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
         env = {**os.environ, **{name: str(folder / name.lower()) for name in caches}}
+        for name in ("data", "checkpoints"):
+            (folder / name).mkdir()
         out = folder / "drill.json"
         command = [sys.executable, "-m", "hwbench", "drill", "--backend", "cpu", "--preset", args.preset]
         command += ["--steps", str(args.steps), "--ranks", str(args.ranks), "--seed", str(args.seed)]

@@ -3,6 +3,7 @@ resumed from its checkpoint with every loss equal to the uninterrupted run's; ba
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,12 @@ def test_the_drill_resumes_with_identical_losses(tmp_path: Path) -> None:
     ]
     assert not _pids_alive(pids), "a rank outlived the drill"
     assert "bit for bit" in done.stdout
+    scored = _hwbench("score", f"cpu={out}", "--json")  # the drill's file is the recovery dimension's figure
+    assert scored.returncode == 0, scored.stderr
+    (platform,) = json.loads(scored.stdout)["platforms"]
+    recovery = platform["dimensions"]["recovery"]
+    assert not recovery["missing"] and recovery["source"]["source"] == "drill time to resume"
+    assert recovery["raw"] == pytest.approx(d["time_to_resume_s"] / 60) and recovery["score"] == 100.0
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,6 +46,13 @@ def test_a_training_run_writes_cold_and_warm_records_that_train(tmp_path: Path) 
     assert warm["train"]["submit_source"] == "process launch" and warm["train"]["submit_to_first_step_s"] < 30.0
     assert not list(tmp_path.glob("hwbench-train-*")), "the shards outlived the run"
     assert "tokens/s" in done.stdout and "MFU" in done.stdout
+    scored = _hwbench("score", f"cpu={out}", "--json")  # the cold run's submit-to-first-step counts
+    assert scored.returncode == 0, scored.stderr
+    (platform,) = json.loads(scored.stdout)["platforms"]
+    first = platform["dimensions"]["time_to_first_step"]
+    assert not first["missing"] and first["source"]["source"] == "training submit-to-first-step"
+    assert first["raw"] == pytest.approx(cold["train"]["submit_to_first_step_s"])
+    assert first["source"]["submit_source"] == "kubernetes manifest stamp" and first["source"]["cache"] == "cold"
 
 
 def test_two_ranks_under_torchrun_report_their_scaling(tmp_path: Path) -> None:
