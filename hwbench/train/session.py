@@ -64,7 +64,13 @@ def cpu_threads(ranks: int) -> int:
 
 
 def check_fits(preset: Preset, target: Target, ranks: int) -> None:
-    """UserError, before anything is allocated, when the preset needs more memory than the device has."""
+    """UserError, before anything is allocated, when the preset needs more memory than the device has
+    or the ranks more accelerators than there are (one rank per device; CPU ranks share the host)."""
+    if target.kind != "cpu" and ranks > target.devices:
+        raise UserError(
+            f"--ranks {ranks} needs {ranks} devices (one per rank), {target.backend} has {target.devices} here: "
+            f"give at most {target.devices}"
+        )
     need = preset.memory_estimate() * (ranks if target.kind == "cpu" else 1)
     if target.memory_bytes is not None and need > target.memory_bytes:
         where = "available host memory" if target.kind == "cpu" else f"memory of {target.device}"
