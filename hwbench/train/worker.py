@@ -135,6 +135,7 @@ def train(job: dict[str, Any], events: Events) -> int:
     model: Any = build(preset, job["seed"], device)
     if ranks > 1:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        _KEPT.append(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.95), weight_decay=0.1)
     first_step = 1
     folder = Path(job["checkpoint_dir"]) if job.get("checkpoint_dir") else None
@@ -195,6 +196,13 @@ def train(job: dict[str, Any], events: Events) -> int:
     if ranks > 1:
         dist.destroy_process_group()
     return 0
+
+
+#: Objects never freed: torch frees a DDP model's reducer holding the GIL while the gloo process
+#: group it owns joins a thread that may be waiting for the GIL to free a finished allreduce (a
+#: deadlock seen at the end of two-rank runs). Kept here, the model outlives ``train``; the process
+#: then leaves with ``os._exit``, which runs no destructor.
+_KEPT: list[Any] = []
 
 
 def _exit_with_launcher() -> None:
