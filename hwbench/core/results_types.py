@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from hwbench.core.burn_types import BurnEntry, TuningEntry
 from hwbench.core.train_types import DrillSection, TrainSection
 
 
@@ -338,14 +339,15 @@ class Document(_DocumentRequired, total=False):
     """A results document: one run of hwbench. The optional sections are written by the commands
     and options that measure them (``sensors``, ``health``: energy and health readings;
     ``collective``: AllReduce runs; ``burn``; ``compile``; ``roofs``; ``tuning``: ``--tune``;
-    ``search``: ``--search``)."""
+    ``search``: ``--search``). ``burn`` and ``tuning`` are typed (:mod:`hwbench.core.burn_types`),
+    the others free mappings."""
 
     warnings: list[str]
     sensors: list[dict[str, Any]]
     collective: dict[str, Any]
-    burn: list[dict[str, Any]]
+    burn: list[BurnEntry]
     compile: list[dict[str, Any]]
     roofs: list[dict[str, Any]]
-    tuning: list[dict[str, Any]]
+    tuning: list[TuningEntry]
     search: list[dict[str, Any]]
     health: list[dict[str, Any]]

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from hwbench.core.burn_types import BurnEntry
 from hwbench.core.results_types import Record
 from hwbench.decide.floors import CHECKS, Check, Floor, Floors
 from hwbench.results.checked import Loaded
@@ -44,7 +45,7 @@ class Unit:
     name: str
     kind: str
     records: list[tuple[str, Record]] = field(default_factory=list)
-    burns: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    burns: list[tuple[str, BurnEntry]] = field(default_factory=list)
     health: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: the burn entries (by source) of files whose run is marked incomplete
     cut: set[str] = field(default_factory=set)
@@ -249,7 +250,7 @@ def _rerun(unit: Unit, figure: Figure) -> Figure:
 
 def _decay(unit: Unit) -> Figure:
     full = [(where, e) for where, e in unit.burns if not unfinished(e, where in unit.cut)]
-    measured = [(e["decay_pct"], where, e) for where, e in full if isinstance(e.get("decay_pct"), (int, float))]
+    measured = [(float(pct), where, e) for where, e in full if isinstance(pct := e.get("decay_pct"), (int, float))]
     if measured:
         worst = max(measured, key=lambda item: item[0])
         entry = worst[2]

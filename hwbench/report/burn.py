@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from statistics import median
-from typing import Any
+from typing import Any, cast
 
+from hwbench.core.burn_types import BurnEntry
 from hwbench.report.data import Run, num, shape_text
 from hwbench.report.html import fmt, no_data, note, table
 from hwbench.report.svg import Axis, Plot, color, data_range
@@ -15,20 +16,20 @@ from hwbench.report.svg import Axis, Plot, color, data_range
 MISMATCH_COLOR, MISMATCH_MARKER = "#b3261e", "diamond"
 
 
-def entries(runs: list[Run]) -> list[tuple[str, dict[str, Any]]]:
+def entries(runs: list[Run]) -> list[tuple[str, BurnEntry]]:
     """Every burn entry of ``runs``, with the label it is drawn under (the file's name too when several)."""
-    found = []
+    found: list[tuple[str, BurnEntry]] = []
     for run in runs:
         section = run.doc.get("burn")
         for item in section if isinstance(section, list) else []:
             if not isinstance(item, dict) or not isinstance(item.get("series"), list):
                 continue
             label = f"{item.get('backend')}:{item.get('device_index')} {item.get('kernel')}"
-            found.append((label + (f" · {run.path.name}" if len(runs) > 1 else ""), item))
+            found.append((label + (f" · {run.path.name}" if len(runs) > 1 else ""), cast(BurnEntry, item)))
     return found
 
 
-def _points(entry: dict[str, Any], key: str) -> list[tuple[float, float]]:
+def _points(entry: BurnEntry, key: str) -> list[tuple[float, float]]:
     out = []
     for point in entry["series"]:
         t, value = num(point.get("t_s") if isinstance(point, dict) else None), None
@@ -39,11 +40,11 @@ def _points(entry: dict[str, Any], key: str) -> list[tuple[float, float]]:
     return out
 
 
-def _rate_key(entry: dict[str, Any]) -> str:
+def _rate_key(entry: BurnEntry) -> str:
     return "gbps" if any(isinstance(p, dict) and num(p.get("gbps")) for p in entry["series"]) else "tflops"
 
 
-def _mark_mismatches(plot: Plot, label: str, entry: dict[str, Any], line: list[tuple[float, float]]) -> None:
+def _mark_mismatches(plot: Plot, label: str, entry: BurnEntry, line: list[tuple[float, float]]) -> None:
     """A marker on ``line`` at each mismatch's time (at the value of the interval it fell in)."""
     for m in entry.get("mismatches") or []:
         t = num(m.get("t_s")) if isinstance(m, dict) else None
@@ -54,7 +55,7 @@ def _mark_mismatches(plot: Plot, label: str, entry: dict[str, Any], line: list[t
         plot.point(t, y, MISMATCH_COLOR, tip, marker=MISMATCH_MARKER)
 
 
-def chart(ident: str, title: str, unit: str, key: str, items: Sequence[tuple[int, str, dict[str, Any]]]) -> str:
+def chart(ident: str, title: str, unit: str, key: str, items: Sequence[tuple[int, str, BurnEntry]]) -> str:
     """``key`` of each entry's series over time, one line per entry; mismatches marked on rate charts."""
     lines = {label: _points(entry, key) for _, label, entry in items}
     values = [v for line in lines.values() for _, v in line]
@@ -80,7 +81,7 @@ def chart(ident: str, title: str, unit: str, key: str, items: Sequence[tuple[int
     return plot.render()
 
 
-def _row(label: str, entry: dict[str, Any]) -> list[Any]:
+def _row(label: str, entry: BurnEntry) -> list[Any]:
     key = _rate_key(entry)
     rates = [v for _, v in _points(entry, key)]
     unit = "GB/s" if key == "gbps" else "TFLOPS"

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hwbench.core.burn_types import BurnEntry, BurnMismatch, BurnPoint
 from hwbench.core.errors import UserError
 from hwbench.core.records import new_document, now
 from hwbench.core.registry import backend_targets
@@ -110,8 +111,8 @@ class DeviceProcess:
         self.ready: dict[str, Any] | None = None
         self.failed: dict[str, Any] | None = None
         self.done: dict[str, Any] | None = None
-        self.points: list[dict[str, Any]] = []
-        self.mismatches: list[dict[str, Any]] = []
+        self.points: list[BurnPoint] = []
+        self.mismatches: list[BurnMismatch] = []
         self.iterations = self.checks = 0
         self.died = ""
         self._buffer = b""
@@ -243,7 +244,7 @@ def follow(
 
 def entry(
     proc: DeviceProcess, stopped_by: str | None, health: dict[str, Any] | None = None, running: bool = False
-) -> dict[str, Any]:
+) -> BurnEntry:
     """The document's ``burn`` entry of one device process (``health``: its device's entry over the
     burn; ``running``: the burn goes on, the entry is a snapshot of what was measured so far)."""
     job, ready, done = proc.job, proc.ready or {}, proc.done or {}
@@ -255,7 +256,6 @@ def entry(
         error = f"no end within {END_GRACE_S:g} s of the duration: the process was taken for hung and killed"
     how = "running" if running and proc.done is None else stopped_by
     status, reason = outcome(proc.mismatches, wrong, proc.checks, str(error or ""), how, elapsed, job.duration_s)
-    notes = [done.get("sensor_error") or ""]
     return {
         "backend": job.backend,
         "device_index": job.device_index,
@@ -281,7 +281,7 @@ def entry(
         "stopped_by": stopped_by,
         "status": status,
         "reason": reason,
-        "notes": [n for n in notes if n],
+        "notes": [n for n in [done.get("sensor_error")] if n],
     }
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hwbench.core.backend import DeviceInfo, Prepared
+from hwbench.core.burn_types import BurnMismatch
 from hwbench.core.dtypes import is_integer
 from hwbench.core.host import memory_available
 from hwbench.core.kernel import Kernel, Tolerance
@@ -196,9 +197,10 @@ class Checker:
     exact: bool
     _expected: np.ndarray | None = field(default=None, repr=False)
 
-    def wrong(self, output: np.ndarray) -> dict[str, Any] | None:
-        """None when ``output`` is right; else how many elements are wrong and by how much at most
-        (``max_abs_err`` None where a NaN or infinity is among them)."""
+    def wrong(self, output: np.ndarray, iteration: int, t_s: float) -> BurnMismatch | None:
+        """None when ``output`` (of ``iteration``, ``t_s`` seconds into the burn) is right; else the
+        mismatch: how many elements are wrong and by how much at most (``max_abs_err`` None where a
+        NaN or infinity is among them)."""
         if self.exact and output.shape == self.reference.shape:
             if self._expected is None or self._expected.dtype != output.dtype:
                 self._expected = self.reference.astype(output.dtype)
@@ -208,7 +210,13 @@ class Checker:
         if found.passed:
             return None
         worst = None if found.nonfinite or found.max_abs_err is None else found.max_abs_err
-        return {"count": found.mismatches, "max_abs_err": worst, "nonfinite": found.nonfinite}
+        return {
+            "iteration": iteration,
+            "t_s": t_s,
+            "count": found.mismatches,
+            "max_abs_err": worst,
+            "nonfinite": found.nonfinite,
+        }
 
 
 def _nothing() -> None:
@@ -231,7 +239,7 @@ class DeviceBurn:
         #: seconds spent checking during the burn (reading the output, comparing, clearing)
         self.check_s = 0.0
         self._last_check = (0.0, 0)  # (t_s, iteration) of the latest check
-        self.first_wrong: dict[str, Any] | None = None
+        self.first_wrong: BurnMismatch | None = None
 
     def prepare(self) -> dict[str, Any]:
         """Choose and prepare the case and check its first call (iteration 0): the ``ready`` event.
@@ -246,7 +254,7 @@ class DeviceBurn:
         start = self.clock()
         first = self.pipeline.first_output(self.prepared)
         self.per_iteration_s = max(self.clock() - start, 1e-9)
-        self.first_wrong = self.checker.wrong(first)
+        self.first_wrong = self.checker.wrong(first, 0, 0.0)
         self.checks = 1
         self.pipeline.clear(self.prepared)
         kernel, shape = self.case.kernel, self.case.shape
@@ -298,21 +306,21 @@ class DeviceBurn:
     def check(self, now: float, emit: Emit) -> None:
         """Compare the output of the iteration just run with the reference; then clear it."""
         start = self.clock()
-        found = self.checker.wrong(self.pipeline.last_output(self.prepared))
+        found = self.checker.wrong(self.pipeline.last_output(self.prepared), self.iterations, now)
         self.checks += 1
         self.max_check_gap_s = max(self.max_check_gap_s, now - self._last_check[0])
         self._last_check = (now, self.iterations)
         if found is not None:
             self.wrong_checks += 1
             if self.wrong_checks <= MAX_MISMATCHES_KEPT:
-                emit({"event": "mismatch", "mismatch": {"iteration": self.iterations, "t_s": now, **found}})
+                emit({"event": "mismatch", "mismatch": found})
         self.pipeline.clear(self.prepared)
         self.check_s += self.clock() - start
 
     def run(self, stop: threading.Event, emit: Emit) -> dict[str, Any]:
         """Burn until the duration is over or ``stop`` is set; events go to ``emit``; the ``done`` event."""
         if self.first_wrong is not None:  # said once, by the first run
-            emit({"event": "mismatch", "mismatch": {"iteration": 0, "t_s": 0.0, **self.first_wrong}})
+            emit({"event": "mismatch", "mismatch": self.first_wrong})
             self.wrong_checks, self.first_wrong = self.wrong_checks + 1, None
         timer = self.case.backend.timer(self.case.device)
         kernel, shape = self.case.kernel, self.case.shape

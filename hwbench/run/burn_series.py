@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from hwbench.core.burn_types import BurnFigures, BurnPoint
 from hwbench.core.dtypes import UNIT_ROUNDOFF, accumulator, storage_dtype
 from hwbench.core.text import printable
 
@@ -99,7 +100,7 @@ def close_interval(
     energy_j: float | None,
     flops: float,
     bytes_moved: float | None = None,
-) -> dict[str, Any]:
+) -> BurnPoint:
     """The series point of ``interval`` ending at ``t_s`` (seconds from the burn's start) after
     ``iterations`` in all: throughput over its wall time, the mean clock, temperature and power
     of its readings (power from the energy counter where there is one)."""
@@ -144,7 +145,7 @@ def _median_of(series: Sequence[Mapping[str, Any]], indices: list[int], key: str
 
 def summarize(
     series: Sequence[Mapping[str, Any]], elapsed_s: float, throttle_reasons: Sequence[str] = ()
-) -> dict[str, Any]:
+) -> BurnFigures:
     """Decay (median throughput of the last window / the first), the clock's ratio the same way,
     and whether the device throttled: a median clock more than :data:`CLOCK_DROP` below the first
     window's, or any throttle reason the device reported; None when neither was readable."""

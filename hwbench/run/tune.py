@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hwbench.core.burn_types import TuningEntry
 from hwbench.core.records import now
 from hwbench.core.tuning import Entry, Space, TuningKey, TuningStore, shape_class
 from hwbench.run.case import CaseRequest
@@ -80,7 +81,7 @@ class CaseTuning:
         """The candidates dropped (wrong results, refused, failed), each with why."""
         return [t for t in self.tried if t.median_s is None]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TuningEntry:
         """The case as a results document's ``tuning`` item (and ``hwbench tune --json``)."""
         r = self.request
         entry = self.entry

@@ -1,26 +1,32 @@
-"""The TypedDicts of ``hwbench.core.results_types`` against the results schema and a real run.
+"""The TypedDicts of ``hwbench.core.results_types`` and ``hwbench.core.burn_types`` against the
+results schema and real runs (``hwbench run``, ``run --tune`` and ``hwbench burn``).
 
 Walking the schema from the document down beside the TypedDicts' type hints, every key a class
 declares is a property of its schema object, its required keys are the object's ``required``,
 every property of the object is declared, and each value's type admits the JSON types the schema
 allows (null included). A ``Described...`` class adds keys only where the schema leaves the object
-open. A document written by ``hwbench run`` then holds, at every level, the required keys and
-only declared ones, each of its declared type.
+open; an object the schema names keys of only through ``required`` declares those keys. A document
+written by ``hwbench run`` (or ``burn``) then holds, at every level, the required keys and only
+declared ones, each of its declared type.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import types
 import typing
 from pathlib import Path
 from typing import Any, Union
 
 import pytest
+from conftest import TESTS
 
 from hwbench.cli.main import main
+from hwbench.core import burn_types as bt
 from hwbench.core import results_types as rt
 from hwbench.core.records import SCHEMA_VERSION
+from hwbench.core.registry import get_backend
 from hwbench.results import files
 
 #: A class that adds what hwbench writes beyond the schema -> the class that is the schema's object.
@@ -36,7 +42,7 @@ FREE = {
     (rt.Record, "config"): "an implementation's own configuration keys (and tuning)",
     **{
         (rt.Document, section): "an optional section, written by the one command or option that measures it"
-        for section in ("sensors", "collective", "burn", "compile", "roofs", "tuning", "search", "health")
+        for section in ("sensors", "collective", "compile", "roofs", "search", "health")
     },
 }
 #: JSON Schema type -> the Python type a value of it is.
@@ -92,7 +98,8 @@ def _walk(schema: dict[str, Any], cls: type, node: dict[str, Any], where: str, s
     seen.setdefault(cls, where)
     seen.setdefault(EXTENSIONS.get(cls, cls), where)
     node = _resolve(schema, node)
-    properties = node.get("properties", {})
+    # An object naming its keys only as required (a tuning item's ``dropped``) leaves their values open.
+    properties = node.get("properties") or {key: {} for key in node.get("required", [])}
     keys, required = _own_keys(cls)
     assert keys == set(properties), (
         f"{cls.__name__} ({where}): declared but not in the schema: {sorted(keys - set(properties))}; "
@@ -131,6 +138,17 @@ def test_each_typed_dict_declares_its_schema_object() -> None:
         v for v in vars(rt).values() if _typeddict(v) and v.__module__ == rt.__name__ and not v.__name__.startswith("_")
     }
     assert declared - set(seen) == {rt.Implementation}  # not in results files: checked against a description below
+    burn_declared = {
+        v for v in vars(bt).values() if _typeddict(v) and v.__module__ == bt.__name__ and not v.__name__.startswith("_")
+    }
+    assert burn_declared - set(seen) == {bt.BurnFigures}  # a part of BurnEntry, checked below
+    assert seen[bt.BurnEntry] == "#/burn" and seen[bt.TuningEntry] == "#/tuning"
+
+
+def test_the_burn_figures_are_a_part_of_the_burn_entry() -> None:
+    figures, entry = typing.get_type_hints(bt.BurnFigures), typing.get_type_hints(bt.BurnEntry)
+    assert figures == {key: entry[key] for key in figures}
+    assert bt.BurnFigures.__required_keys__ == bt.BurnEntry.__required_keys__ & set(figures)
 
 
 def _check(value: Any, hint: Any, where: str) -> None:
@@ -206,3 +224,30 @@ def test_a_backend_s_description_holds_the_typed_keys() -> None:
     described = describe_backend("cpu")
     assert described["available"] and described["implementations"]["gemm"]
     _check(json.loads(json.dumps(described)), rt.BackendDescription, "cpu")
+
+
+def test_a_tuned_run_s_document_holds_the_typed_keys(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    shape = ["--shape", "gemm:M=8,N=8,K=8", "--budget", "0.01", "--tune", "--tune-budget", "1", "--quiet"]
+    assert main(["run", "--backend", "cpu", "--kernel", "gemm", "--impl", "llvm", *shape, "--out", str(out)]) == 0
+    doc = files.load(out)
+    assert doc["tuning"] and not files.validate(doc)
+    _check(doc, rt.Document, "doc")
+
+
+def test_a_burn_s_document_holds_the_typed_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HWBENCH_BACKENDS", "burnfaulty=fakes.backend:burnfaulty")  # a device that burns wrongly
+    monkeypatch.setenv("HWBENCH_BURN_FAULT_AT", "120")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(TESTS))
+    get_backend.cache_clear()
+    out = tmp_path / "b.json"
+    args = ["--backend", "burnfaulty", "--impl", "flip", "--shape", "gemm:M=24,N=16,K=32", "--check-iterations", "50"]
+    try:
+        assert main(["burn", *args, "--duration", "1", "--interval", "0.25", "-q", "-o", str(out)]) == 1
+    finally:
+        get_backend.cache_clear()
+    doc = json.loads(out.read_text())
+    (entry,) = doc["burn"]
+    assert entry["mismatches"] and entry["series"] and not files.validate(doc)
+    _check(doc, rt.Document, "doc")
