@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,15 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scratch import loadavg, scratch_env
+
 #: Seconds from the kill to the first step completed after resuming, on a CPU with 2 ranks.
 RESUME_GOAL_S = 30.0
-
-
-def _loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 def _goals(drill: dict[str, Any]) -> list[str]:
@@ -62,14 +56,11 @@ def main() -> int:
     if args.out is not None and args.out.exists():
         print(f"bench_drill: {args.out} exists; name a new file", file=sys.stderr)
         return 2
-    print(f"loadavg before: {_loadavg()}")
+    print(f"loadavg before: {loadavg()}")
     folder = Path(tempfile.mkdtemp(prefix="hwbench-bench-drill-"))
     failed = True
     try:
-        caches = ("HWBENCH_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
-        env = {**os.environ, **{name: str(folder / name.lower()) for name in caches}}
-        for name in ("data", "checkpoints"):
-            (folder / name).mkdir()
+        env = scratch_env(folder)
         out = folder / "drill.json"
         command = [sys.executable, "-m", "hwbench", "drill", "--backend", "cpu", "--preset", args.preset]
         command += ["--steps", str(args.steps), "--ranks", str(args.ranks), "--seed", str(args.seed)]
@@ -101,7 +92,7 @@ def main() -> int:
             print(f"hwbench drill exited {proc.returncode}: {proc.stderr.strip()[-1000:]}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"loadavg after: {_loadavg()}")
+    print(f"loadavg after: {loadavg()}")
     return 1 if failed else 0
 
 

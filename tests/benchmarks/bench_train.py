@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,17 +25,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scratch import loadavg, scratch_env
+
 #: The goals of the eager run with warm caches on a CPU.
 FIRST_STEP_GOAL_S = 20.0
 MFU_GOAL_PCT = 20.0
 LOSS_RATIO_GOAL = 0.9
-
-
-def _loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -91,14 +85,11 @@ def main() -> int:
     if args.out is not None and args.out.exists():
         print(f"bench_train: {args.out} exists; name a new file", file=sys.stderr)
         return 2
-    print(f"loadavg before: {_loadavg()}")
+    print(f"loadavg before: {loadavg()}")
     folder = Path(tempfile.mkdtemp(prefix="hwbench-bench-train-"))
     failed = True
     try:
-        caches = ("HWBENCH_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")
-        env = {**os.environ, **{name: str(folder / name.lower()) for name in caches}}
-        for name in ("data", "checkpoints"):
-            (folder / name).mkdir()
+        env = scratch_env(folder)
         out = folder / "train.json"
         command = [sys.executable, "-m", "hwbench", "train", "--backend", args.backend, "--preset", args.preset]
         command += ["--steps", str(args.steps), "--compile", args.compile, "--ranks", args.ranks, "-q"]
@@ -126,7 +117,7 @@ def main() -> int:
             print(f"hwbench train exited {proc.returncode}: {proc.stderr.strip()[-1000:]}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"loadavg after: {_loadavg()}")
+    print(f"loadavg after: {loadavg()}")
     return 1 if failed else 0
 
 
